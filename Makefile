@@ -1,0 +1,49 @@
+# Thin aliases. Every target sets up what it needs on a fresh machine:
+# a project virtualenv in .venv (pinned torch/torchaudio) and, when missing,
+# the Debian packages sox (reads AN4's raw audio) and sctk (NIST sclite).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+SHELL  := /bin/bash
+
+.PHONY: install sysdeps demo test test-integration test-all bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# apt-get needs root; without it, print what to install and carry on (tests that
+# need sclite then skip with a reason).
+sysdeps:
+	@missing=""; for p in sox sctk; do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing$$missing with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "warning: please install$$missing (e.g. sudo apt-get install$$missing)"; fi; \
+	fi
+
+demo: install sysdeps
+	recipes/an4/run.sh
+
+test: install sysdeps
+	$(PY) -m pytest
+
+test-integration: install sysdeps
+	$(PY) -m pytest -m integration
+
+test-all: install sysdeps
+	$(PY) -m pytest -m ''
+
+bench: install sysdeps
+	$(PY) -m asrkit bench
+
+lint: install
+	$(PY) -m ruff check asrkit recipes tests
+
+clean:
+	rm -rf recipes/*/data recipes/*/exp recipes/*/fbank recipes/*/mfcc bench/results

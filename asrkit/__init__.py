@@ -1,0 +1,9 @@
+"""asrkit: speech recognition from raw audio to scored transcripts.
+
+Subpackages follow the pipeline: :mod:`asrkit.data` (Kaldi data dirs, audio),
+:mod:`asrkit.features` (fbank/MFCC, CMVN), :mod:`asrkit.scoring` (WER/CER,
+sclite outputs), :mod:`asrkit.stages` (numbered recipe stages) and
+:mod:`asrkit.cli` (the ``asrkit`` command).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The ``asrkit`` command line; see :func:`asrkit.cli.main.main`."""

@@ -1,0 +1,58 @@
+"""The ``asrkit`` command: one sub-command per user task.
+
+Each sub-command lives in its own module exposing ``register(subparsers)``, which
+adds its parser and sets ``func`` to a callable taking the parsed arguments and
+returning an exit status. User mistakes raise :class:`asrkit.errors.UserError`
+and end as one ``asrkit: error: ...`` line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from asrkit.errors import UserError
+
+_COMMANDS = (
+    "asrkit.cli.run",
+    "asrkit.cli.validate_data",
+    "asrkit.cli.score",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asrkit",
+        description="Speech recognition from raw audio to scored transcripts.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    import importlib
+
+    for module_name in _COMMANDS:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"asrkit: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("asrkit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

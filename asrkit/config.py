@@ -1,0 +1,138 @@
+"""Typed recipe settings and Hydra composition.
+
+The dataclasses here hold every setting with its default; the YAML files in
+``conf/`` only state what a corpus or variant changes. :func:`compose` builds
+the config the way a Hydra app does — ``conf/config.yaml`` plus command-line
+overrides such as ``features.num_mel_bins=40`` — and turns Hydra's errors for
+unknown keys or bad values into a one-line :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from asrkit.errors import ConfigError
+from asrkit.features.extractors import FeatureConfig
+
+#: ``conf/`` beside the ``asrkit`` package in a source checkout.
+DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+@dataclass
+class DataConfig:
+    """The ``data`` config group: where a corpus lives and how it is split.
+
+    Attributes:
+        corpus: corpus name (for logs).
+        corpus_dir: the corpus on disk; stage 0 downloads it here when it is absent.
+        url: where stage 0 downloads the corpus archive from.
+        prep_script: the recipe's Python file defining ``corpus_present(dir)`` and
+            ``prepare(corpus_dir, data_root, *, num_dev)`` (corpus parsing stays in
+            the recipe, not the library).
+        num_dev: training utterances held out as ``dev_set``.
+        train_set / dev_set / test_sets: data dir names under ``data_root``.
+    """
+
+    corpus: str = "an4"
+    corpus_dir: str = "downloads/an4"
+    url: str = ""
+    prep_script: str = ""
+    num_dev: int = 100
+    train_set: str = "train"
+    dev_set: str = "train_dev"
+    test_sets: list[str] = field(default_factory=lambda: ["test"])
+
+    @property
+    def all_sets(self) -> list[str]:
+        return [self.train_set, self.dev_set, *self.test_sets]
+
+
+@dataclass
+class AsrkitConfig:
+    """Top-level recipe settings.
+
+    Attributes:
+        name: experiment name; outputs go to ``exp_dir``.
+        seed: the seed every random choice starts from.
+        data_root: where Kaldi data dirs are written (``data/train`` ...).
+        feats_root: where feature arks are written.
+        exp_dir: experiment directory (config, command, logs, models, decodes).
+    """
+
+    name: str = "an4"
+    seed: int = 1
+    data_root: str = "data"
+    feats_root: str = "${features.kind}"
+    exp_dir: str = "exp/${name}"
+    data: DataConfig = field(default_factory=DataConfig)
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+
+
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    ConfigStore.instance().store(name="asrkit_schema", node=AsrkitConfig)
+    _registered = True
+
+
+def compose(
+    overrides: Sequence[str] = (),
+    *,
+    config_dir: str | Path = DEFAULT_CONFIG_DIR,
+    config_name: str = "config",
+) -> DictConfig:
+    """Compose ``config_dir/config_name.yaml`` with command-line ``overrides``.
+
+    ``${project_root:}`` in a config resolves to the parent of ``config_dir``.
+
+    Raises:
+        ConfigError: unknown key, wrong type, missing config file.
+    """
+    _register()
+    config_dir = Path(config_dir).resolve()
+    if not (config_dir / f"{config_name}.yaml").is_file():
+        raise ConfigError(
+            f"{config_dir / (config_name + '.yaml')}: config not found; pass --config-dir "
+            "pointing at asrkit's conf/ directory"
+        )
+    root = str(config_dir.parent)
+    OmegaConf.register_new_resolver("project_root", lambda: root, replace=True)
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
+        OmegaConf.resolve(cfg)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(_describe(err)) from None
+    to_object(cfg).features.check()
+    return cfg
+
+
+def to_object(cfg: DictConfig) -> AsrkitConfig:
+    """The composed config as typed dataclasses."""
+    obj = OmegaConf.to_object(cfg)
+    assert isinstance(obj, AsrkitConfig)
+    return obj
+
+
+def _describe(err: Exception) -> str:
+    text = " ".join(str(err).split())
+    cause = err.__cause__ or err.__context__
+    detail = " ".join(str(cause).split()) if cause else ""
+    if "not in struct" in text + detail or "Could not override" in text:
+        key = text.split("'")[1] if "'" in text else "?"
+        return (f"unknown or invalid setting '{key}': {detail or text}; check the spelling "
+                "against `asrkit run --cfg` (add a new key with +key=value)")
+    return f"bad configuration: {text}{(' (' + detail + ')') if detail else ''}"

@@ -1,0 +1,252 @@
+"""Kaldi data directories: read, write and validate.
+
+A data dir holds one line per utterance in ``wav.scp`` (``utt path`` or
+``utt cmd ... |``), ``text`` (``utt word word ...``) and ``utt2spk``
+(``utt spk``), and one line per speaker in ``spk2utt``. Every file is sorted
+under the C locale (byte order) and utterance ids start with their speaker id
+so that sorting by utterance also groups speakers — Kaldi's own rules, so the
+directories asrkit writes work with Kaldi's scripts and vice versa.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from asrkit.data.io import atomic_write
+from asrkit.errors import DataError
+
+log = logging.getLogger(__name__)
+
+#: Files with one line per utterance that are checked against ``utt2spk`` when present.
+_PER_UTT_FILES = ("wav.scp", "text", "feats.scp", "utt2num_frames", "utt2dur")
+
+
+def _c_sorted(keys: list[str]) -> bool:
+    # Python compares str by code point, which for UTF-8 text is the C locale's byte order.
+    return all(a < b for a, b in zip(keys, keys[1:], strict=False))
+
+
+def read_kaldi_map(
+    path: str | Path, *, allow_empty_value: bool = False, check_sorted: bool = True
+) -> dict[str, str]:
+    """Read a Kaldi ``key value...`` file into an ordered dict.
+
+    Args:
+        path: the file.
+        allow_empty_value: accept lines with a key only (e.g. an empty transcript in
+            a hypothesis file); otherwise such a line is an error.
+        check_sorted: require C-locale sorted, unique keys (Kaldi's rule for data dirs).
+
+    Raises:
+        DataError: missing file, empty key, missing value, duplicate or unsorted key;
+            the message names the file, the line number and the key.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; create it or point to the right data dir")
+    entries: dict[str, str] = {}
+    previous = None
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                raise DataError(f"{path}:{lineno}: empty line; remove it")
+            key, _, value = line.strip().partition(" ")
+            value = value.strip()
+            if not value and not allow_empty_value:
+                raise DataError(
+                    f"{path}:{lineno}: utterance/key '{key}' has no value; "
+                    "give it one or remove the line"
+                )
+            if key in entries:
+                raise DataError(
+                    f"{path}:{lineno}: duplicate id '{key}' (first seen earlier in the file); "
+                    "ids must be unique — remove or rename one"
+                )
+            if check_sorted and previous is not None and key < previous:
+                raise DataError(
+                    f"{path}:{lineno}: not sorted: '{key}' comes after '{previous}'; "
+                    f"sort it with: LC_ALL=C sort -o {path} {path}"
+                )
+            entries[key] = value
+            previous = key
+    return entries
+
+
+def write_kaldi_map(path: str | Path, entries: dict[str, str]) -> None:
+    """Write ``key value`` lines sorted under the C locale, atomically."""
+    lines = [f"{key} {entries[key]}".rstrip() + "\n" for key in sorted(entries)]
+    atomic_write(path, "".join(lines))
+
+
+@dataclass
+class DataDir:
+    """The contents of a Kaldi data directory (all maps ordered by utterance id).
+
+    Attributes:
+        wav_scp: utterance id -> audio path or pipe command ending in ``|``.
+        text: utterance id -> transcript (words separated by single spaces).
+        utt2spk: utterance id -> speaker id.
+        extra: other per-utterance maps found in the dir (``feats.scp``, ...).
+    """
+
+    wav_scp: dict[str, str]
+    utt2spk: dict[str, str]
+    text: dict[str, str] | None = None
+    extra: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def utt_ids(self) -> list[str]:
+        return list(self.utt2spk)
+
+    @property
+    def spk2utt(self) -> dict[str, list[str]]:
+        mapping: dict[str, list[str]] = {}
+        for utt, spk in self.utt2spk.items():
+            mapping.setdefault(spk, []).append(utt)
+        return dict(sorted(mapping.items()))
+
+    def subset(self, utt_ids: list[str]) -> DataDir:
+        """A new DataDir holding only ``utt_ids`` (order follows this one)."""
+        keep = set(utt_ids)
+        pick = {utt: None for utt in self.utt2spk if utt in keep}
+
+        def sub(mapping: dict[str, str]) -> dict[str, str]:
+            return {utt: mapping[utt] for utt in pick if utt in mapping}
+
+        return DataDir(
+            wav_scp=sub(self.wav_scp),
+            utt2spk=sub(self.utt2spk),
+            text=None if self.text is None else sub(self.text),
+            extra={name: sub(mapping) for name, mapping in self.extra.items()},
+        )
+
+
+def write_data_dir(path: str | Path, data: DataDir) -> None:
+    """Write ``wav.scp``, ``utt2spk``, ``spk2utt`` and ``text`` (when present).
+
+    Each file is written atomically and sorted; the directory is validated
+    first, so an inconsistent DataDir never reaches disk.
+    """
+    _check_consistency(data, where=str(path))
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    write_kaldi_map(path / "wav.scp", data.wav_scp)
+    write_kaldi_map(path / "utt2spk", data.utt2spk)
+    write_kaldi_map(path / "spk2utt", {spk: " ".join(u) for spk, u in data.spk2utt.items()})
+    if data.text is not None:
+        write_kaldi_map(path / "text", data.text)
+    for name, mapping in data.extra.items():
+        write_kaldi_map(path / name, mapping)
+
+
+def read_data_dir(path: str | Path, *, require_text: bool = True) -> DataDir:
+    """Read and validate a Kaldi data directory.
+
+    Raises:
+        DataError: the first problem found (file, line/utterance and fix), see
+            :func:`validate_data_dir`.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError(f"{path}: data directory not found; run the data preparation stage first")
+    utt2spk = read_kaldi_map(path / "utt2spk")
+    wav_scp = read_kaldi_map(path / "wav.scp")
+    text = None
+    if (path / "text").exists() or require_text:
+        text = read_kaldi_map(path / "text", allow_empty_value=True)
+        _check_transcripts(path / "text", text)
+    extra = {
+        name: read_kaldi_map(path / name)
+        for name in _PER_UTT_FILES
+        if name not in ("wav.scp", "text") and (path / name).exists()
+    }
+    data = DataDir(wav_scp=wav_scp, utt2spk=utt2spk, text=text, extra=extra)
+    _check_consistency(data, where=str(path))
+    _check_spk2utt(path, data)
+    return data
+
+
+def validate_data_dir(path: str | Path, *, require_text: bool = True) -> DataDir:
+    """Check a data dir the way Kaldi's ``validate_data_dir.sh`` does.
+
+    Checks: required files exist; lines well formed; ids unique and C-sorted;
+    no empty transcripts; the same utterance ids in every per-utterance file;
+    ``spk2utt`` is the inverse of ``utt2spk``; utterance ids sort consistently
+    with their speakers (Kaldi requires speaker-prefixed ids).
+
+    Returns:
+        The DataDir that was read.
+
+    Raises:
+        DataError: naming the file, the line or utterance, and the fix.
+    """
+    return read_data_dir(path, require_text=require_text)
+
+
+def _check_transcripts(path: Path, text: dict[str, str]) -> None:
+    for lineno, (utt, words) in enumerate(text.items(), start=1):
+        if not words.strip():
+            raise DataError(
+                f"{path}:{lineno}: utterance '{utt}' has an empty transcript; "
+                "fix the transcript or remove the utterance from the data dir"
+            )
+
+
+def _check_consistency(data: DataDir, *, where: str) -> None:
+    utts = list(data.utt2spk)
+    if not utts:
+        raise DataError(f"{where}/utt2spk: no utterances; the data dir is empty")
+    if not _c_sorted(utts):
+        raise DataError(f"{where}/utt2spk: not sorted; sort with LC_ALL=C sort")
+    reference = set(utts)
+    maps = {"wav.scp": data.wav_scp, **data.extra}
+    if data.text is not None:
+        maps["text"] = data.text
+    for name, mapping in maps.items():
+        ids = set(mapping)
+        if ids == reference:
+            continue
+        only_here = sorted(ids - reference)
+        only_spk = sorted(reference - ids)
+        parts = []
+        if only_spk:
+            parts.append(f"{len(only_spk)} utterance(s) in utt2spk but not in {name}, "
+                         f"first '{only_spk[0]}'")
+        if only_here:
+            parts.append(f"{len(only_here)} utterance(s) in {name} but not in utt2spk, "
+                         f"first '{only_here[0]}'")
+        raise DataError(
+            f"{where}/{name}: utterance ids differ from utt2spk: {'; '.join(parts)}; "
+            "make the files list the same utterances (Kaldi's fix_data_dir.sh does this)"
+        )
+    # Kaldi requires utt2spk sorted by utterance to also be sorted by speaker, which
+    # holds when utterance ids start with their speaker id.
+    pairs = [(spk, utt) for utt, spk in data.utt2spk.items()]
+    if pairs != sorted(pairs):
+        for utt, spk in data.utt2spk.items():
+            if not utt.startswith(spk):
+                raise DataError(
+                    f"{where}/utt2spk: utterance '{utt}' of speaker '{spk}' breaks speaker "
+                    "order; prefix utterance ids with their speaker id (e.g. "
+                    f"'{spk}-{utt}')"
+                )
+        raise DataError(f"{where}/utt2spk: not sorted by speaker; prefix utterance ids with "
+                        "their speaker ids")
+
+
+def _check_spk2utt(path: Path, data: DataDir) -> None:
+    spk_file = path / "spk2utt"
+    spk2utt = read_kaldi_map(spk_file)
+    expected = {spk: " ".join(utts) for spk, utts in data.spk2utt.items()}
+    if spk2utt == expected:
+        return
+    for spk in sorted(set(spk2utt) | set(expected)):
+        if spk2utt.get(spk) != expected.get(spk):
+            raise DataError(
+                f"{spk_file}: speaker '{spk}' lists {spk2utt.get(spk, '(nothing)')!r} but "
+                f"utt2spk gives {expected.get(spk, '(nothing)')!r}; regenerate it with "
+                "utils/utt2spk_to_spk2utt.pl or asrkit's data preparation"
+            )

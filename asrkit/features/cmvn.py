@@ -1,0 +1,49 @@
+"""Cepstral mean and variance normalisation with Kaldi-format statistics.
+
+Stats are a ``(2, D+1)`` float64 matrix, exactly what Kaldi's
+``compute-cmvn-stats`` writes: row 0 holds the feature sums and the frame
+count in its last column, row 1 the sums of squares (last column 0). Kaldi's
+``apply-cmvn`` can therefore use the stats asrkit writes, and the other way round.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from asrkit.data.kaldi_ark import kaldi_io
+from asrkit.errors import DataError
+
+
+def cmvn_stats(feats: np.ndarray) -> np.ndarray:
+    """Accumulate Kaldi CMVN stats of ``feats`` ``(T, D)`` into a ``(2, D+1)`` matrix."""
+    feats = feats.astype(np.float64, copy=False)
+    stats = np.zeros((2, feats.shape[1] + 1), dtype=np.float64)
+    stats[0, :-1] = feats.sum(axis=0)
+    stats[1, :-1] = np.square(feats).sum(axis=0)
+    stats[0, -1] = feats.shape[0]
+    return stats
+
+
+def apply_cmvn(feats: np.ndarray, stats: np.ndarray, *, norm_vars: bool = True) -> np.ndarray:
+    """Normalise ``feats`` ``(T, D)`` with Kaldi stats ``(2, D+1)``; returns float32."""
+    count = stats[0, -1]
+    if count < 1:
+        raise DataError("CMVN stats have a frame count below 1; recompute them")
+    mean = stats[0, :-1] / count
+    out = feats.astype(np.float64) - mean
+    if norm_vars:
+        var = stats[1, :-1] / count - np.square(mean)
+        # Same floor as Kaldi's apply-cmvn, so a constant dimension does not blow up.
+        out /= np.sqrt(np.maximum(var, 1.0e-20))
+    return out.astype(np.float32)
+
+
+def read_cmvn(rxfile: str | Path) -> np.ndarray:
+    """Read one CMVN stats matrix (an ark holding a single entry, or ``ark:offset``)."""
+    try:
+        return np.asarray(kaldi_io.read_mat(str(rxfile)), dtype=np.float64)
+    except Exception as err:  # kaldi_io raises bare Exceptions and struct errors
+        raise DataError(f"{rxfile}: cannot read CMVN stats ({err}); recompute the features") \
+            from None

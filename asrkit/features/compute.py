@@ -1,0 +1,140 @@
+"""Feature extraction for a whole data dir, in ``nj`` parallel jobs.
+
+Like Kaldi's ``steps/make_fbank.sh``: the matrices go to ``ark`` files in a
+feature directory, the data dir gets ``feats.scp``, ``utt2num_frames``,
+``frame_shift``, per-speaker CMVN stats (``cmvn.scp``) and the stats of all its
+utterances (``cmvn_global.ark``), plus ``feats.yaml`` recording the settings.
+Either every output is written or none: on any error the job's arks are removed
+and the data dir's previous feature files are left as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import multiprocessing
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from asrkit.data.audio import load_audio
+from asrkit.data.datadir import read_data_dir, write_kaldi_map
+from asrkit.data.io import atomic_write, atomic_writer
+from asrkit.data.kaldi_ark import kaldi_io
+from asrkit.errors import DataError
+from asrkit.features.cmvn import cmvn_stats
+from asrkit.features.extractors import FeatureConfig, extract
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _JobResult:
+    scp: dict[str, str]
+    num_frames: dict[str, int]
+    spk_stats: dict[str, np.ndarray]
+
+
+def _run_job(
+    job: int, items: list[tuple[str, str, str]], ark_path: str, cfg: FeatureConfig
+) -> _JobResult:
+    """Extract features for ``items`` ``(utt, spk, wav entry)`` into one ark."""
+    torch.set_num_threads(1)
+    scp: dict[str, str] = {}
+    num_frames: dict[str, int] = {}
+    spk_stats: dict[str, np.ndarray] = {}
+    tmp_path = ark_path + ".tmp"
+    try:
+        with open(tmp_path, "wb") as ark:
+            for utt, spk, entry in items:
+                samples, rate = load_audio(entry, utt=utt)
+                feats = extract(samples, rate, cfg, utt=utt, where=entry)
+                # The scp offset points just past "utt ", where the binary matrix starts.
+                offset = ark.tell() + len(utt.encode()) + 1
+                kaldi_io.write_mat(ark, feats, key=utt)
+                scp[utt] = f"{os.path.abspath(ark_path)}:{offset}"
+                num_frames[utt] = feats.shape[0]
+                stats = cmvn_stats(feats)
+                spk_stats[spk] = spk_stats[spk] + stats if spk in spk_stats else stats
+        os.replace(tmp_path, ark_path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_path)
+        raise
+    return _JobResult(scp, num_frames, spk_stats)
+
+
+def compute_features_for_dir(
+    data_dir: str | Path, feats_dir: str | Path, cfg: FeatureConfig
+) -> dict[str, int]:
+    """Compute features for every utterance of ``data_dir``.
+
+    Args:
+        data_dir: a Kaldi data dir with ``wav.scp`` and ``utt2spk``.
+        feats_dir: where the ``ark`` files go (created).
+        cfg: feature settings; ``cfg.nj`` jobs run in parallel.
+
+    Returns:
+        utterance id -> number of frames.
+
+    Raises:
+        DataError: bad data dir or audio; names the utterance and file. Nothing
+            is left half-written.
+    """
+    cfg.check()
+    data_dir, feats_dir = Path(data_dir), Path(feats_dir)
+    data = read_data_dir(data_dir, require_text=False)
+    feats_dir.mkdir(parents=True, exist_ok=True)
+    items = [(utt, data.utt2spk[utt], data.wav_scp[utt]) for utt in data.utt_ids]
+    nj = max(1, min(cfg.nj, len(items)))
+    name = data_dir.name
+    chunks = [items[j::nj] for j in range(nj)]
+    ark_paths = [str(feats_dir / f"raw_{cfg.kind}_{name}.{j + 1}.ark") for j in range(nj)]
+    jobs = [(j, chunks[j], ark_paths[j], cfg) for j in range(nj)]
+    log.info("computing %s features for %d utterances of %s with %d job(s)",
+             cfg.kind, len(items), data_dir, nj)
+    try:
+        if nj == 1:
+            results = [_run_job(*jobs[0])]
+        else:
+            context = multiprocessing.get_context("fork")
+            with context.Pool(nj) as pool:
+                results = pool.starmap(_run_job, jobs)
+    except BaseException:
+        for path in ark_paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        raise
+
+    scp: dict[str, str] = {}
+    num_frames: dict[str, int] = {}
+    spk_stats: dict[str, np.ndarray] = {}
+    for result in results:
+        scp.update(result.scp)
+        num_frames.update(result.num_frames)
+        for spk, stats in result.spk_stats.items():
+            spk_stats[spk] = spk_stats[spk] + stats if spk in spk_stats else stats
+
+    cmvn_ark = feats_dir / f"cmvn_{cfg.kind}_{name}.ark"
+    cmvn_scp: dict[str, str] = {}
+    with atomic_writer(cmvn_ark, "wb") as ark:
+        for spk in sorted(spk_stats):
+            offset = ark.tell() + len(spk.encode()) + 1
+            kaldi_io.write_mat(ark, spk_stats[spk], key=spk)
+            cmvn_scp[spk] = f"{cmvn_ark.resolve()}:{offset}"
+    with atomic_writer(data_dir / "cmvn_global.ark", "wb") as ark:
+        kaldi_io.write_mat(ark, sum(spk_stats.values()))
+    write_kaldi_map(data_dir / "cmvn.scp", cmvn_scp)
+    write_kaldi_map(data_dir / "utt2num_frames", {u: str(n) for u, n in num_frames.items()})
+    atomic_write(data_dir / "frame_shift", f"{cfg.frame_shift_ms / 1000:g}\n")
+    atomic_write(data_dir / "feats.yaml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=True))
+    # feats.scp last: its presence says the feature files beside it are complete.
+    write_kaldi_map(data_dir / "feats.scp", scp)
+    if len(num_frames) != len(items):
+        raise DataError(f"{data_dir}: features written for {len(num_frames)} of {len(items)} "
+                        "utterances; rerun the feature stage")
+    return num_frames

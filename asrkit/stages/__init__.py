@@ -1,0 +1,16 @@
+"""Numbered recipe stages and the runner that chains them.
+
+Public API:
+    - :data:`STAGES` — stage number -> :class:`Stage` (filled by the stage modules).
+    - :func:`run_stages` — run stages ``start..stop`` of a composed config,
+      saving the resolved config and the exact command in the experiment dir and
+      logging every stage's start, end and duration.
+"""
+
+from asrkit.stages.registry import STAGES, Stage, StageContext, run_stages, stage
+
+# Importing the stage modules registers their stages.
+from asrkit.stages import data as _data  # noqa: E402,F401  isort: skip
+from asrkit.stages import features as _features  # noqa: E402,F401  isort: skip
+
+__all__ = ["STAGES", "Stage", "StageContext", "run_stages", "stage"]
