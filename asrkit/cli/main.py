@@ -18,7 +18,7 @@ from asrkit.errors import UserError
 _COMMANDS = (
     "asrkit.cli.run",
     "asrkit.cli.validate_data",
-    "asrkit.cli.score",
+    # "asrkit.cli.score",  (lands with the scoring module)
 )
 
 
@@ -44,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%Y-%m-%d %H:%M:%S",
     )
+    # basicConfig does nothing when the host (a test runner, a notebook) already
+    # configured logging; asrkit's own stage logs must still reach the run log.
+    logging.getLogger("asrkit").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         return int(args.func(args) or 0)
     except UserError as err:

@@ -1,0 +1,73 @@
+"""Kaldi data dirs: round trip and validation errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from asrkit.data import read_data_dir, read_kaldi_map, validate_data_dir, write_kaldi_map
+from asrkit.errors import DataError
+
+
+def test_round_trip_is_sorted_and_consistent(data_dir: Path) -> None:
+    data = read_data_dir(data_dir)
+    assert data.utt_ids == sorted(data.utt_ids)
+    assert data.spk2utt == {"spk1": ["spk1-utt0", "spk1-utt1"], "spk2": ["spk2-utt2", "spk2-utt3"]}
+    assert (data_dir / "spk2utt").read_text() == "spk1 spk1-utt0 spk1-utt1\nspk2 spk2-utt2 spk2-utt3\n"
+    assert data.text["spk1-utt0"] == "WORD0 HELLO"
+
+
+def test_subset_keeps_all_files_aligned(data_dir: Path) -> None:
+    data = read_data_dir(data_dir).subset(["spk2-utt3", "spk1-utt0"])
+    assert data.utt_ids == ["spk1-utt0", "spk2-utt3"]
+    assert list(data.text) == list(data.wav_scp) == data.utt_ids
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    path.write_text(path.read_text().replace(old, new, 1))
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "expect"),
+    [
+        ("text", "spk1-utt1 WORD1 HELLO", "spk1-utt0 WORD1 HELLO", "duplicate id 'spk1-utt0'"),
+        ("text", "WORD2 HELLO", "", "spk2-utt2' has an empty transcript"),
+        ("utt2spk", "spk1-utt0 spk1\nspk1-utt1 spk1", "spk1-utt1 spk1\nspk1-utt0 spk1",
+         "not sorted: 'spk1-utt0' comes after 'spk1-utt1'"),
+        ("text", "spk2-utt3", "spk2-utt9", "in text but not in utt2spk, first 'spk2-utt9'"),
+        ("spk2utt", "spk1-utt0 spk1-utt1", "spk1-utt0", "speaker 'spk1' lists"),
+    ],
+)
+def test_validation_names_file_line_and_utterance(
+    data_dir: Path, file: str, old: str, new: str, expect: str
+) -> None:
+    _edit(data_dir / file, old, new)
+    with pytest.raises(DataError) as info:
+        validate_data_dir(data_dir)
+    message = str(info.value)
+    assert expect in message
+    assert str(data_dir / file) in message
+    assert "\n" not in message
+
+
+def test_utterance_ids_must_carry_their_speaker(tmp_path: Path) -> None:
+    write_kaldi_map(tmp_path / "utt2spk", {"a1": "zed", "b1": "amy"})
+    write_kaldi_map(tmp_path / "spk2utt", {"amy": "b1", "zed": "a1"})
+    write_kaldi_map(tmp_path / "wav.scp", {"a1": "x.wav", "b1": "y.wav"})
+    with pytest.raises(DataError, match="prefix utterance ids with their speaker id"):
+        validate_data_dir(tmp_path, require_text=False)
+
+
+def test_missing_file_and_missing_dir(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="data directory not found"):
+        read_data_dir(tmp_path / "nope")
+    with pytest.raises(DataError, match="utt2spk: file not found"):
+        read_data_dir(tmp_path)
+
+
+def test_read_kaldi_map_allows_empty_values_only_when_asked(tmp_path: Path) -> None:
+    (tmp_path / "hyp").write_text("u1 A B\nu2\n")
+    assert read_kaldi_map(tmp_path / "hyp", allow_empty_value=True) == {"u1": "A B", "u2": ""}
+    with pytest.raises(DataError, match="'u2' has no value"):
+        read_kaldi_map(tmp_path / "hyp")
