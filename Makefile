@@ -40,7 +40,8 @@ test-all: install sysdeps
 	$(PY) -m pytest -m ''
 
 bench: install sysdeps
-	$(PY) -m asrkit bench
+	recipes/an4/run.sh --stop-stage 1
+	$(PY) -m asrkit bench --data-dir recipes/an4/data/test
 
 lint: install
 	$(PY) -m ruff check asrkit recipes tests

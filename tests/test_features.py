@@ -139,3 +139,12 @@ def test_feature_settings_are_recorded(tmp_path: Path) -> None:
     import yaml
 
     assert yaml.safe_load((data_dir / "feats.yaml").read_text()) == dataclasses.asdict(cfg)
+
+
+def test_feature_benchmark_agrees_with_its_baseline(tmp_path: Path) -> None:
+    from asrkit.bench import bench_features
+
+    make_data_dir(tmp_path / "test", utts=3)
+    result = bench_features(tmp_path / "test", repeats=1)
+    assert result["utterances"] == 3 and result["max_abs_diff"] == 0.0
+    assert result["ratio"] == pytest.approx(result["asrkit_s"] / result["baseline_s"], rel=0.01)

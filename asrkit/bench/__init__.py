@@ -1,0 +1,13 @@
+"""Benchmarks run by ``make bench`` / ``asrkit bench``.
+
+Every figure is a ratio against a baseline measured in the same run, with the
+raw numbers and the machine recorded in ``bench/results/<name>.json``.
+
+Public API: :data:`BENCHMARKS` (name -> function returning a result dict).
+"""
+
+from asrkit.bench.features import bench_features
+
+BENCHMARKS = {"features": bench_features}
+
+__all__ = ["BENCHMARKS", "bench_features"]

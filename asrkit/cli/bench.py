@@ -1,0 +1,44 @@
+"""``asrkit bench [NAME...]``: run benchmarks, print a table, save JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from pathlib import Path
+
+from asrkit.bench import BENCHMARKS
+from asrkit.data.io import atomic_write
+from asrkit.errors import ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="run benchmarks (ratios vs same-run baselines)")
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default all: "
+                        f"{', '.join(BENCHMARKS)})")
+    parser.add_argument("--data-dir", default="recipes/an4/data/test",
+                        help="Kaldi data dir to measure on (default: the AN4 recipe's test set; "
+                        "run recipes/an4/run.sh --stop-stage 1 first)")
+    parser.add_argument("--out-dir", default="bench/results", help="where JSON results go")
+    parser.set_defaults(func=_bench)
+
+
+def _machine() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or "?",
+            "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def _bench(args: argparse.Namespace) -> int:
+    names = args.names or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise ConfigError(f"unknown benchmark {unknown[0]!r}; choose from {sorted(BENCHMARKS)}")
+    for name in names:
+        result = BENCHMARKS[name](args.data_dir)
+        record = {"benchmark": name, "data_dir": args.data_dir, "machine": _machine(), **result}
+        atomic_write(Path(args.out_dir) / f"{name}.json", json.dumps(record, indent=2) + "\n")
+        print(f"{name}:")
+        for key, value in result.items():
+            print(f"  {key:<16} {value}")
+    return 0
