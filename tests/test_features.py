@@ -14,8 +14,14 @@ import torchaudio.compliance.kaldi as kaldi
 from asrkit.data import load_audio
 from asrkit.data.kaldi_ark import kaldi_io
 from asrkit.errors import ConfigError, DataError
-from asrkit.features import FeatureConfig, apply_cmvn, cmvn_stats, compute_features_for_dir
-from asrkit.features import extract, read_cmvn
+from asrkit.features import (
+    FeatureConfig,
+    apply_cmvn,
+    cmvn_stats,
+    compute_features_for_dir,
+    extract,
+    read_cmvn,
+)
 from tests.conftest import make_data_dir, tone
 
 
