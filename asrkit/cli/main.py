@@ -19,7 +19,7 @@ _COMMANDS = (
     "asrkit.cli.run",
     "asrkit.cli.validate_data",
     "asrkit.cli.bench",
-    # "asrkit.cli.score",  (lands with the scoring module)
+    "asrkit.cli.score",
 )
 
 

@@ -44,8 +44,9 @@ def read_kaldi_map(
             the message names the file, the line number and the key.
     """
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found; create it or point to the right data dir")
+    if not path.exists() or path.is_dir():
+        raise DataError(f"{path}: file not found; check the path (for a data dir, run the "
+                        "stage that creates it)")
     entries: dict[str, str] = {}
     previous = None
     with open(path, encoding="utf-8") as handle:

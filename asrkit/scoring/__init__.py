@@ -1,0 +1,23 @@
+"""Scoring: WER/CER of Kaldi text files, sclite-compatible.
+
+Public API:
+    - :func:`align_words` — weighted edit-distance alignment (``sclite`` weights
+      4/3/3 with sclite's tie-breaking, or unit-cost ``levenshtein``).
+    - :func:`read_text`, :func:`score_texts`, :func:`score_files`,
+      :func:`write_scoring_dir`, :func:`summary`; :class:`ErrorCounts`,
+      :class:`ScoreResult`.
+"""
+
+from asrkit.scoring.align import align_words
+from asrkit.scoring.wer import (
+    ErrorCounts,
+    ScoreResult,
+    read_text,
+    score_files,
+    score_texts,
+    summary,
+    write_scoring_dir,
+)
+
+__all__ = ["ErrorCounts", "ScoreResult", "align_words", "read_text", "score_files", "score_texts",
+           "summary", "write_scoring_dir"]

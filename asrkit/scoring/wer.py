@@ -1,0 +1,174 @@
+"""Word and character error rates of Kaldi text files, with sclite-format outputs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from asrkit.data.datadir import read_kaldi_map
+from asrkit.data.io import atomic_write
+from asrkit.errors import DataError
+from asrkit.scoring.align import Op, align_words
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ErrorCounts:
+    """Error counts of one alignment or a sum of them."""
+
+    ref_words: int = 0
+    corr: int = 0
+    sub: int = 0
+    dele: int = 0
+    ins: int = 0
+    sentences: int = 0
+    sentence_errors: int = 0
+
+    @property
+    def errors(self) -> int:
+        return self.sub + self.dele + self.ins
+
+    @property
+    def wer(self) -> float:
+        """Percent errors per reference token (errors x 100 when there are none)."""
+        return 100.0 * self.errors / max(self.ref_words, 1)
+
+    def add(self, other: ErrorCounts) -> None:
+        for name in ("ref_words", "corr", "sub", "dele", "ins", "sentences", "sentence_errors"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def kaldi_line(self, label: str = "WER") -> str:
+        """Kaldi's summary line, e.g. ``%WER 7.42 [ 57 / 773, 5 ins, 9 del, 43 sub ]``."""
+        return (f"%{label} {self.wer:.2f} [ {self.errors} / {self.ref_words}, {self.ins} ins, "
+                f"{self.dele} del, {self.sub} sub ]")
+
+    @classmethod
+    def of(cls, ops: Iterable[Op]) -> ErrorCounts:
+        counts = cls(sentences=1)
+        for op, ref, _hyp in ops:
+            counts.ref_words += ref is not None
+            counts.corr += op == "C"
+            counts.sub += op == "S"
+            counts.dele += op == "D"
+            counts.ins += op == "I"
+        counts.sentence_errors = int(counts.errors > 0)
+        return counts
+
+
+@dataclass
+class ScoreResult:
+    """Everything :func:`score_texts` measured."""
+
+    words: ErrorCounts
+    chars: ErrorCounts
+    per_utt: dict[str, list[Op]]
+    per_spk: dict[str, ErrorCounts]
+    ref: dict[str, list[str]]
+    hyp: dict[str, list[str]]
+    missing: list[str] = field(default_factory=list)
+    align: str = "sclite"
+
+
+def speaker_of(utt: str) -> str:
+    """Kaldi utterance ids start with the speaker id: the part before the first ``-``."""
+    return utt.split("-", 1)[0]
+
+
+def read_text(path: str | Path) -> dict[str, list[str]]:
+    """Read a Kaldi text file (``utt word word ...``; a line may hold only the id).
+
+    Raises:
+        DataError: missing file, blank line or duplicate id (file, line and id named).
+    """
+    entries = read_kaldi_map(path, allow_empty_value=True, check_sorted=False)
+    return {utt: words.split() for utt, words in entries.items()}
+
+
+def score_texts(ref: dict[str, list[str]], hyp: dict[str, list[str]], *,
+                align: str = "sclite", hyp_name: str = "HYP") -> ScoreResult:
+    """Score hypotheses against references.
+
+    Utterances of ``ref`` absent from ``hyp`` count as all deleted (with a
+    warning); ids in ``hyp`` absent from ``ref`` are an error.
+    """
+    extra = [utt for utt in hyp if utt not in ref]
+    if extra:
+        raise DataError(f"{hyp_name}: {len(extra)} utterance(s) not in the reference, first "
+                        f"'{extra[0]}'; score against the matching reference text")
+    missing = [utt for utt in ref if utt not in hyp]
+    if missing:
+        log.warning("%d reference utterance(s) have no hypothesis and count as deleted, first: "
+                    "%s", len(missing), ", ".join(missing[:5]))
+    words, chars = ErrorCounts(), ErrorCounts()
+    per_utt: dict[str, list[Op]] = {}
+    per_spk: dict[str, ErrorCounts] = {}
+    for utt, ref_words in ref.items():
+        hyp_words = hyp.get(utt, [])
+        ops = align_words(ref_words, hyp_words, weights=align)
+        per_utt[utt] = ops
+        counts = ErrorCounts.of(ops)
+        words.add(counts)
+        per_spk.setdefault(speaker_of(utt), ErrorCounts()).add(counts)
+        chars.add(ErrorCounts.of(align_words(list("".join(ref_words)), list("".join(hyp_words)),
+                                             weights=align)))
+    return ScoreResult(words, chars, per_utt, dict(sorted(per_spk.items())), ref,
+                       {utt: hyp.get(utt, []) for utt in ref}, missing, align)
+
+
+def _trn(texts: dict[str, list[str]]) -> str:
+    # sclite's trn ids are (speaker-utterance); Kaldi ids already start with the speaker.
+    return "".join(f"{' '.join(words)} ({utt})\n" for utt, words in texts.items())
+
+
+def _per_utt(result: ScoreResult) -> str:
+    lines = []
+    for utt, ops in result.per_utt.items():
+        width = [max(len(r or "***"), len(h or "***"), 1) for _, r, h in ops]
+        ref = " ".join((r or "***").ljust(w) for (_, r, _h), w in zip(ops, width, strict=True))
+        hyp = " ".join((h or "***").ljust(w) for (_, _r, h), w in zip(ops, width, strict=True))
+        opl = " ".join(op.ljust(w) for (op, _r, _h), w in zip(ops, width, strict=True))
+        c = ErrorCounts.of(ops)
+        lines += [f"{utt} ref  {ref}".rstrip(), f"{utt} hyp  {hyp}".rstrip(),
+                  f"{utt} op   {opl}".rstrip(), f"{utt} #csid {c.corr} {c.sub} {c.ins} {c.dele}"]
+    return "\n".join(lines) + "\n"
+
+
+def _per_spk(result: ScoreResult) -> str:
+    header = (f"{'SPEAKER':<12} {'#utts':>6} {'#words':>7} {'corr':>6} {'sub':>5} {'del':>5} "
+              f"{'ins':>5} {'err':>5} {'WER%':>7}")
+    rows = [header, "-" * len(header)]
+    for spk, c in [*result.per_spk.items(), ("SUM", result.words)]:
+        rows.append(f"{spk:<12} {c.sentences:>6} {c.ref_words:>7} {c.corr:>6} {c.sub:>5} "
+                    f"{c.dele:>5} {c.ins:>5} {c.errors:>5} {c.wer:>7.2f}")
+    return "\n".join(rows) + "\n"
+
+
+def summary(result: ScoreResult) -> str:
+    """The ``%WER``, ``%CER`` and ``%SER`` lines."""
+    w = result.words
+    ser = 100.0 * w.sentence_errors / max(w.sentences, 1)
+    return (f"{w.kaldi_line('WER')}\n{result.chars.kaldi_line('CER')}\n"
+            f"%SER {ser:.2f} [ {w.sentence_errors} / {w.sentences} ]\n")
+
+
+def write_scoring_dir(result: ScoreResult, out_dir: str | Path) -> None:
+    """Write ``wer``, ``ref.trn``, ``hyp.trn``, ``per_utt`` and ``per_spk`` atomically."""
+    out_dir = Path(out_dir)
+    atomic_write(out_dir / "ref.trn", _trn(result.ref))
+    atomic_write(out_dir / "hyp.trn", _trn(result.hyp))
+    atomic_write(out_dir / "per_utt", _per_utt(result))
+    atomic_write(out_dir / "per_spk", _per_spk(result))
+    atomic_write(out_dir / "wer", summary(result))
+
+
+def score_files(ref_path: str | Path, hyp_path: str | Path, *, out_dir: str | Path | None = None,
+                align: str = "sclite") -> ScoreResult:
+    """Score two Kaldi text files; with ``out_dir``, also write the scoring dir."""
+    result = score_texts(read_text(ref_path), read_text(hyp_path), align=align,
+                         hyp_name=str(hyp_path))
+    if out_dir is not None:
+        write_scoring_dir(result, out_dir)
+    return result
