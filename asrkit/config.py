@@ -20,8 +20,12 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from asrkit.decoding.config import DecodeConfig
 from asrkit.errors import ConfigError
 from asrkit.features.extractors import FeatureConfig
+from asrkit.models.lstm import ModelConfig
+from asrkit.targets.tokenizer import TokenizerConfig
+from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 
 #: ``conf/`` beside the ``asrkit`` package in a source checkout.
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -75,6 +79,13 @@ class AsrkitConfig:
     exp_dir: str = "exp/${name}"
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    specaug: SpecAugConfig = field(default_factory=SpecAugConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 
 _registered = False
@@ -116,7 +127,10 @@ def compose(
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_describe(err)) from None
-    to_object(cfg).features.check()
+    typed = to_object(cfg)
+    typed.features.check()
+    typed.tokenizer.check()
+    typed.train.check()
     return cfg
 
 

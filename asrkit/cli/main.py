@@ -20,6 +20,7 @@ _COMMANDS = (
     "asrkit.cli.validate_data",
     "asrkit.cli.bench",
     "asrkit.cli.score",
+    "asrkit.cli.transcribe",
 )
 
 

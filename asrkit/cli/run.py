@@ -38,5 +38,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.cfg:
         print(OmegaConf.to_yaml(cfg), end="")
         return 0
-    run_stages(cfg, start=args.stage, stop=args.stop_stage, command=sys.argv)
+    run_stages(cfg, start=args.stage, stop=args.stop_stage, command=_command_line())
     return 0
+
+
+def _command_line() -> list[str]:
+    # Under ``python -m asrkit`` argv[0] is the path of __main__.py; save a command
+    # that can be pasted back into a shell instead.
+    if sys.argv and sys.argv[0].endswith("__main__.py"):
+        return [sys.executable, "-m", "asrkit", *sys.argv[1:]]
+    return list(sys.argv)

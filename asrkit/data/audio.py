@@ -68,3 +68,35 @@ def load_audio(entry: str, *, utt: str = "?") -> tuple[np.ndarray, int]:
             "expects mono — pick a channel in wav.scp, e.g. 'sox FILE -t wav - remix 1 |'"
         )
     return samples[:, 0].astype(np.float32), int(rate)
+
+
+#: Extensions read as headerless 16-bit PCM (CMU's AN4 ``.raw`` files are big-endian).
+RAW_SUFFIXES = (".raw", ".pcm")
+
+
+def load_audio_file(path: str | Path, *, raw_rate: int = 16000,
+                    raw_byteorder: str = "big") -> tuple[np.ndarray, int]:
+    """Read one audio file: wav/flac/NIST sphere via soundfile, or headerless PCM.
+
+    Args:
+        path: the file. ``.raw``/``.pcm`` files are headerless 16-bit mono PCM.
+        raw_rate: sample rate of headerless files.
+        raw_byteorder: ``big`` or ``little``, byte order of headerless files.
+
+    Returns:
+        ``(samples, sample_rate)`` as :func:`load_audio`.
+
+    Raises:
+        DataError: missing, unreadable or empty file (named, with the fix).
+    """
+    path = Path(path)
+    if path.suffix.lower() not in RAW_SUFFIXES:
+        return load_audio(str(path), utt=path.name)
+    if not path.is_file():
+        raise DataError(f"{path}: audio file not found; check the path")
+    data = path.read_bytes()
+    if len(data) < 2 or len(data) % 2:
+        raise DataError(f"{path}: {len(data)} bytes is not whole 16-bit samples; the file is "
+                        "truncated or not 16-bit PCM")
+    dtype = ">i2" if raw_byteorder == "big" else "<i2"
+    return np.frombuffer(data, dtype=dtype).astype(np.float32), raw_rate

@@ -66,6 +66,11 @@ class LSTMAcousticModel(nn.Module):
             raise ConfigError(f"model sizes must be positive (hidden={hidden}, layers={layers}, "
                               f"stack={stack}, subsample={subsample})")
         self.input_dim, self.num_tokens, self.num_classes = input_dim, num_tokens, num_classes
+        #: Constructor arguments, saved in checkpoints so the model rebuilds without a config.
+        self.args = {"input_dim": input_dim, "num_tokens": num_tokens, "hidden": hidden,
+                     "layers": layers, "bidirectional": bidirectional, "bottleneck": bottleneck,
+                     "stack": stack, "subsample": subsample, "dropout": dropout,
+                     "num_classes": num_classes}
         self.stack, self.subsample = stack, subsample
         self.lstm = nn.LSTM(input_dim * stack, hidden, num_layers=layers, batch_first=True,
                             bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0)

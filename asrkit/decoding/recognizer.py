@@ -1,0 +1,108 @@
+"""A trained experiment as a recognizer: model, features, CMVN and tokenizer.
+
+Everything comes from the experiment directory — ``model.pt`` (weights plus
+the ``meta`` that records the feature settings, CMVN mode and model shape),
+``cmvn_global.ark`` and ``tokenizer/`` — so decoding works without the recipe
+config that trained it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asrkit.data.audio import load_audio
+from asrkit.data.datadir import read_data_dir, write_kaldi_map
+from asrkit.decoding.greedy import greedy_ctc
+from asrkit.errors import DataError
+from asrkit.features.cmvn import read_cmvn
+from asrkit.features.extractors import FeatureConfig, extract
+from asrkit.scoring import score_files
+from asrkit.targets.tokenizer import Tokenizer
+from asrkit.training.checkpoint import load_model_bundle
+from asrkit.training.data import CmvnNormalizer, Utterance, collate, load_utterances, make_buckets
+
+log = logging.getLogger(__name__)
+
+
+class Recognizer:
+    """Greedy CTC recognition with a trained experiment.
+
+    Args:
+        exp_dir: the experiment directory.
+        model: the bundle file inside it.
+        device: where the model runs.
+        max_frames: cap on padded frames per batch.
+    """
+
+    def __init__(self, exp_dir: str | Path, *, model: str = "model.pt",
+                 device: str | torch.device = "cpu", max_frames: int = 40000) -> None:
+        self.exp_dir = Path(exp_dir)
+        self.device = torch.device(device)
+        self.model, self.meta = load_model_bundle(self.exp_dir / model, device=self.device)
+        self.features = FeatureConfig(**self.meta["features"])
+        self.tokenizer = Tokenizer(self.exp_dir / self.meta["tokenizer"])
+        stats = None
+        if self.meta["cmvn"] == "global":
+            stats = read_cmvn(self.exp_dir / "cmvn_global.ark")
+        self.normalize = CmvnNormalizer(self.meta["cmvn"], global_stats=stats,
+                                        norm_vars=self.features.norm_vars)
+        self.max_frames = max_frames
+
+    def audio_features(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> np.ndarray:
+        """Normalised features of int16-range ``samples`` at any ``rate`` (resampled)."""
+        cfg = dataclasses.replace(self.features, resample=True)
+        return self.normalize(extract(samples, rate, cfg, utt=utt, where=where))
+
+    @torch.no_grad()
+    def recognize(self, utts: Sequence[Utterance]) -> dict[str, str]:
+        """Transcripts of ``utts`` (features already normalised), batched by length."""
+        out: dict[str, str] = {}
+        lengths = [u.feats.shape[0] for u in utts]
+        for idx in make_buckets(lengths, max_frames=self.max_frames, max_batch=64):
+            batch = collate([utts[i] for i in idx]).to(self.device)
+            result = self.model(batch.feats, batch.lengths)
+            for utt, ids in zip(batch.utts, greedy_ctc(result["ctc"], result["lengths"]),
+                                strict=True):
+                out[utt] = self.tokenizer.decode(ids)
+        return out
+
+    def data_dir_utterances(self, data_dir: str | Path) -> list[Utterance]:
+        """A data dir's utterances: from ``feats.scp`` when present, else from its audio."""
+        data_dir = Path(data_dir)
+        if (data_dir / "feats.scp").is_file():
+            return load_utterances(data_dir, self.normalize, input_dim=self.model.input_dim)
+        data = read_data_dir(data_dir, require_text=False)
+        log.info("%s has no feats.scp; computing features from wav.scp", data_dir)
+        utts = []
+        for utt, entry in data.wav_scp.items():
+            samples, rate = load_audio(entry, utt=utt)
+            feats = self.audio_features(samples, rate, utt=utt, where=entry)
+            utts.append(Utterance(utt, feats, np.zeros(0, dtype=np.int64)))
+        return utts
+
+    def decode_data_dir(self, data_dir: str | Path, out_dir: str | Path) -> str | None:
+        """Decode ``data_dir`` into ``out_dir/hyp``; score into ``out_dir/scoring``.
+
+        Returns:
+            The Kaldi ``%WER`` line, or None when the data dir has no ``text``.
+        """
+        data_dir, out_dir = Path(data_dir), Path(out_dir)
+        hyp = self.recognize(self.data_dir_utterances(data_dir))
+        write_kaldi_map(out_dir / "hyp", hyp)
+        if not (data_dir / "text").is_file():
+            return None
+        result = score_files(data_dir / "text", out_dir / "hyp", out_dir=out_dir / "scoring")
+        return result.words.kaldi_line()
+
+
+def check_exp_dir(exp_dir: str | Path, model: str = "model.pt") -> None:
+    path = Path(exp_dir) / model
+    if not path.is_file():
+        raise DataError(f"{path}: no trained model; run the training stage (stage 4) or pass an "
+                        "experiment directory that holds model.pt")

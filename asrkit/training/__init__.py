@@ -1,0 +1,25 @@
+"""Training: data, the trainer loop and its hooks, schedules, checkpoints.
+
+Public API:
+    - :class:`TrainConfig`, :class:`OptimConfig`, :class:`ScheduleConfig`,
+      :class:`SpecAugConfig` — typed settings.
+    - :func:`load_utterances`, :class:`CmvnNormalizer`, :class:`BucketBatches`,
+      :func:`collate` — normalised features and token targets, length-bucketed
+      batches capped by frames.
+    - :class:`Trainer`, :class:`TrainHooks`, :class:`TrainState` — the loop and
+      the named hooks distributed strategies implement.
+    - :class:`LRSchedule` — warm-up + cosine/exponential annealing by step.
+    - :func:`save_checkpoint`, :func:`load_checkpoint`, :func:`load_model_bundle`.
+"""
+
+from asrkit.training.checkpoint import load_checkpoint, load_model_bundle, save_checkpoint
+from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
+from asrkit.training.data import BucketBatches, CmvnNormalizer, collate, load_utterances
+from asrkit.training.schedule import LRSchedule
+from asrkit.training.trainer import Trainer, TrainHooks, TrainState
+
+__all__ = [
+    "BucketBatches", "CmvnNormalizer", "LRSchedule", "OptimConfig", "ScheduleConfig",
+    "SpecAugConfig", "TrainConfig", "TrainHooks", "TrainState", "Trainer", "collate",
+    "load_checkpoint", "load_model_bundle", "load_utterances", "save_checkpoint",
+]

@@ -1,0 +1,72 @@
+"""Checkpoints and the model bundle, written atomically, read with ``weights_only=True``.
+
+A checkpoint holds everything needed to continue training (model, optimizer,
+progress, RNG seed bookkeeping) and a ``meta`` dict that rebuilds the model
+without the recipe config: the model's constructor arguments, the feature
+settings, the CMVN mode and the tokenizer directory. ``model.pt`` in an
+experiment dir is the bundle that decoding and ``asrkit transcribe`` use: the
+best checkpoint's weights and its ``meta``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from asrkit.errors import DataError
+from asrkit.models.lstm import LSTMAcousticModel
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then rename over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint without unpickling arbitrary objects.
+
+    Raises:
+        DataError: missing or unreadable file, naming it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: checkpoint not found; run the training stage first")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for corrupt files
+        raise DataError(f"{path}: cannot load checkpoint ({type(err).__name__}: "
+                        f"{' '.join(str(err).split())[:200]}); it is corrupt or not an asrkit "
+                        "checkpoint — retrain or restore it") from None
+
+
+def build_from_meta(meta: dict[str, Any]) -> LSTMAcousticModel:
+    """The model described by a checkpoint's ``meta['model']``."""
+    args = dict(meta["model"])
+    return LSTMAcousticModel(args.pop("input_dim"), args.pop("num_tokens"), **args)
+
+
+def load_model_bundle(path: str | Path, *, device: torch.device | str = "cpu"
+                      ) -> tuple[LSTMAcousticModel, dict[str, Any]]:
+    """Rebuild the model saved in a bundle or checkpoint; returns ``(model in eval mode, meta)``."""
+    state = load_checkpoint(path)
+    if "model" not in state or "meta" not in state:
+        raise DataError(f"{path}: not an asrkit model (no 'model'/'meta' entries); point at "
+                        "exp/<name>/model.pt")
+    model = build_from_meta(state["meta"])
+    model.load_state_dict(state["model"])
+    return model.to(device).eval(), state["meta"]

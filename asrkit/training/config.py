@@ -1,0 +1,110 @@
+"""Typed settings of the trainer (the ``train`` config key) and its optimizers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from asrkit.errors import ConfigError
+
+
+@dataclass
+class OptimConfig:
+    """The ``optim`` config group.
+
+    Attributes:
+        name: ``adam`` or ``sgd`` (SGD with momentum; Nesterov when ``nesterov``).
+        lr: peak learning rate (reached at the end of warm-up).
+        momentum, nesterov: SGD settings (the papers: 0.9, Nesterov).
+        betas, eps: Adam settings.
+        weight_decay: L2 penalty.
+    """
+
+    name: str = "adam"
+    lr: float = 2.0e-3
+    momentum: float = 0.9
+    nesterov: bool = True
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1.0e-8
+    weight_decay: float = 0.0
+
+
+@dataclass
+class ScheduleConfig:
+    """Learning-rate schedule: linear warm-up, then annealing.
+
+    Attributes:
+        warmup_steps: steps of linear warm-up from ~0 to ``optim.lr``.
+        anneal: ``none`` (constant), ``cosine`` (to ``final_scale`` x lr at the
+            last step) or ``exponential`` (x ``decay`` per epoch from
+            ``decay_start_epoch`` on, the papers' 1/sqrt(2) late annealing).
+        final_scale: cosine's end point as a fraction of the peak.
+        decay, decay_start_epoch: exponential annealing.
+    """
+
+    warmup_steps: int = 200
+    anneal: str = "cosine"
+    final_scale: float = 0.02
+    decay: float = 0.7071
+    decay_start_epoch: int = 10
+
+
+@dataclass
+class SpecAugConfig:
+    """SpecAugment-style masking of training features (no time warping).
+
+    Attributes:
+        enabled: mask during training.
+        freq_masks / freq_width: number of frequency masks, widest mask in bins.
+        time_masks / time_width: number of time masks, widest mask in frames.
+        time_ratio: a time mask never covers more than this fraction of the utterance.
+    """
+
+    enabled: bool = True
+    freq_masks: int = 2
+    freq_width: int = 15
+    time_masks: int = 2
+    time_width: int = 25
+    time_ratio: float = 0.1
+
+
+@dataclass
+class TrainConfig:
+    """Settings of the ``train`` key.
+
+    Attributes:
+        epochs: passes over the training set.
+        objective: ``ctc`` (token targets; ``ce`` arrives with alignment targets).
+        max_frames: cap on padded input frames per batch (batch x longest).
+        max_batch: cap on utterances per batch.
+        clip_grad_norm: global gradient-norm clipping (0 = off).
+        device: ``auto`` (CUDA when present), ``cpu`` or ``cuda``.
+        num_threads: intra-op CPU threads (0 = torch's default).
+        best_metric: ``wer`` or ``loss`` on the dev set picks the best checkpoint.
+        keep_checkpoints: epoch checkpoints kept (older ones are removed).
+        log_every: steps between TensorBoard/progress updates.
+        progress: show a progress bar.
+    """
+
+    epochs: int = 20
+    objective: str = "ctc"
+    max_frames: int = 12000
+    max_batch: int = 32
+    clip_grad_norm: float = 5.0
+    device: str = "auto"
+    num_threads: int = 0
+    best_metric: str = "wer"
+    keep_checkpoints: int = 5
+    log_every: int = 10
+    progress: bool = True
+
+    def check(self) -> None:
+        if self.epochs < 1:
+            raise ConfigError(f"train.epochs={self.epochs} must be at least 1")
+        if self.objective not in ("ctc",):
+            raise ConfigError(f"train.objective={self.objective!r} is unknown; choose ctc")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"train.device={self.device!r} is unknown; choose auto, cpu or cuda")
+        if self.best_metric not in ("wer", "loss"):
+            raise ConfigError(f"train.best_metric={self.best_metric!r}; choose wer or loss")
+        if self.keep_checkpoints < 1:
+            raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1")

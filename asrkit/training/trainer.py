@@ -1,0 +1,256 @@
+"""The training loop and the hooks where distributed strategies plug in.
+
+:class:`Trainer.fit` is the whole loop; a strategy (a :class:`TrainHooks`
+subclass) sees it only at the named hooks: ``wrap_model`` once, then
+``before_step``, ``after_backward``, ``after_step`` every step, ``after_epoch``
+and ``finish``. A single process uses the no-op :class:`TrainHooks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from asrkit.decoding.greedy import greedy_ctc
+from asrkit.errors import ConfigError
+from asrkit.models.lstm import LSTMAcousticModel
+from asrkit.scoring import score_texts
+from asrkit.targets.tokenizer import Tokenizer
+from asrkit.training.checkpoint import save_checkpoint
+from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
+from asrkit.training.data import Batch, BucketBatches, Utterance, collate
+from asrkit.training.schedule import LRSchedule
+from asrkit.training.specaug import spec_augment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """Progress of a run: what checkpoints store and hooks may read."""
+
+    epoch: int = 0
+    step: int = 0
+    samples: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+    best: dict[str, float] | None = None
+
+
+class TrainHooks:
+    """Where a distributed strategy plugs into :meth:`Trainer.fit`; all no-ops here."""
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        """Called once; returns the module the loop calls (e.g. a DDP wrapper)."""
+        return model
+
+    def before_step(self, state: TrainState) -> None:
+        """Before the forward pass (snapshot weights, inject straggler delays)."""
+
+    def after_backward(self, model: nn.Module, state: TrainState) -> None:
+        """Gradients are ready, not yet clipped or applied (gradient averaging)."""
+
+    def after_step(self, model: nn.Module, state: TrainState) -> None:
+        """Weights updated (weight averaging with a neighbour)."""
+
+    def after_epoch(self, model: nn.Module, state: TrainState) -> None:
+        """An epoch ended, before validation."""
+
+    def finish(self, model: nn.Module, state: TrainState) -> None:
+        """Training ended (final consensus averaging, stopping threads)."""
+
+
+def ctc_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Mean over utterances of the CTC loss (``zero_infinity`` guards too-short inputs)."""
+    out = model(batch.feats, batch.lengths)
+    return nn.functional.ctc_loss(out["ctc"].transpose(0, 1), batch.targets, out["lengths"],
+                                  batch.target_lengths, blank=0, reduction="sum",
+                                  zero_infinity=True) / len(batch.utts)
+
+
+def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
+    """``adam`` or ``sgd`` (Nesterov momentum) from the ``optim`` settings."""
+    if cfg.name == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                                weight_decay=cfg.weight_decay)
+    if cfg.name == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
+                               nesterov=cfg.nesterov and cfg.momentum > 0,
+                               weight_decay=cfg.weight_decay)
+    raise ConfigError(f"optim.name={cfg.name!r} is unknown; choose adam or sgd")
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device=cuda but no CUDA device is visible; use train.device=auto")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class Trainer:
+    """Trains an :class:`LSTMAcousticModel` with CTC on bucketed batches.
+
+    Args:
+        model: the model (moved to ``device``).
+        train: training utterances; dev: validation utterances.
+        tokenizer: turns dev hypotheses into words for the dev WER.
+        exp_dir: where ``checkpoints/`` and ``tensorboard/`` go.
+        cfg, optim, schedule, specaug: settings.
+        meta: saved in every checkpoint (see :mod:`asrkit.training.checkpoint`).
+        hooks: the distributed strategy (default: single process).
+        seed: seeds batch order and masking.
+    """
+
+    def __init__(self, model: LSTMAcousticModel, train: list[Utterance], dev: list[Utterance], *,
+                 tokenizer: Tokenizer, exp_dir: str | Path, cfg: TrainConfig, optim: OptimConfig,
+                 schedule: ScheduleConfig, specaug: SpecAugConfig, meta: dict[str, Any],
+                 hooks: TrainHooks | None = None, seed: int = 1, is_main: bool = True) -> None:
+        cfg.check()
+        self.cfg, self.specaug, self.meta, self.seed = cfg, specaug, meta, seed
+        self.device = pick_device(cfg.device)
+        self.model = model.to(self.device)
+        self.hooks = hooks or TrainHooks()
+        self.tokenizer, self.dev, self.is_main = tokenizer, dev, is_main
+        self.exp_dir = Path(exp_dir)
+        self.batches = BucketBatches(train, max_frames=cfg.max_frames, max_batch=cfg.max_batch,
+                                     seed=seed)
+        self.optimizer = build_optimizer(self.model.parameters(), optim)
+        self.schedule = LRSchedule(schedule, peak_lr=optim.lr,
+                                   total_steps=cfg.epochs * len(self.batches),
+                                   steps_per_epoch=len(self.batches))
+        self.state = TrainState()
+        self.generator = torch.Generator().manual_seed(seed)
+        self._writer = None
+
+    def fit(self) -> TrainState:
+        """Train for ``cfg.epochs`` epochs, validating and checkpointing after each."""
+        model = self.hooks.wrap_model(self.model)
+        for epoch in range(self.state.epoch, self.cfg.epochs):
+            model.train()
+            bar = self._progress(epoch)
+            began, frames = time.monotonic(), 0
+            for batch in self.batches.epoch(epoch):
+                self.hooks.before_step(self.state)
+                lr = self._set_lr()
+                loss = ctc_loss(model, self._augment(batch).to(self.device))
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.hooks.after_backward(model, self.state)
+                if self.cfg.clip_grad_norm > 0:
+                    nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad_norm)
+                self.optimizer.step()
+                self.hooks.after_step(model, self.state)
+                self.state.step += 1
+                self.state.samples += len(batch.utts)
+                frames += batch.frames
+                self._log_step(bar, loss.item(), lr, frames / (time.monotonic() - began))
+            if bar is not None:
+                bar.close()
+            self.state.epoch = epoch + 1
+            self.hooks.after_epoch(model, self.state)
+            self._end_epoch(epoch, time.monotonic() - began)
+        self.hooks.finish(model, self.state)
+        return self.state
+
+    def _set_lr(self) -> float:
+        lr = self.schedule(self.state.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _augment(self, batch: Batch) -> Batch:
+        feats = spec_augment(batch.feats, batch.lengths, self.specaug, self.generator)
+        return Batch(batch.utts, feats, batch.lengths, batch.targets, batch.target_lengths)
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Dev-set CTC loss per utterance and greedy WER (%)."""
+        self.model.eval()
+        total, count = 0.0, 0
+        ref, hyp = {}, {}
+        for idx in BucketBatches(self.dev, max_frames=self.cfg.max_frames,
+                                 max_batch=self.cfg.max_batch, shuffle=False).buckets:
+            batch = collate([self.dev[i] for i in idx]).to(self.device)
+            out = self.model(batch.feats, batch.lengths)
+            total += float(nn.functional.ctc_loss(
+                out["ctc"].transpose(0, 1), batch.targets, out["lengths"], batch.target_lengths,
+                blank=0, reduction="sum", zero_infinity=True))
+            count += len(batch.utts)
+            for utt, ids in zip(batch.utts, greedy_ctc(out["ctc"], out["lengths"]), strict=True):
+                hyp[utt] = self.tokenizer.decode(ids).split()
+        for u in self.dev:
+            ref[u.utt] = u.text.split()
+        wer = score_texts(ref, hyp).words.wer
+        return {"loss": total / max(count, 1), "wer": wer}
+
+    def _end_epoch(self, epoch: int, seconds: float) -> None:
+        metrics = {"epoch": epoch + 1, **self.validate(), "seconds": seconds}
+        self.state.history.append(metrics)
+        key = self.cfg.best_metric
+        improved = self.state.best is None or \
+            (metrics[key], metrics["loss"]) < (self.state.best[key], self.state.best["loss"])
+        if improved:
+            self.state.best = metrics
+        log.info("epoch %d: dev loss %.3f, dev WER %.2f%%, %.0f s%s", epoch + 1, metrics["loss"],
+                 metrics["wer"], seconds, " (best so far)" if improved else "")
+        writer = self._tensorboard()
+        if writer is not None:
+            writer.add_scalar("dev/loss", metrics["loss"], self.state.step)
+            writer.add_scalar("dev/wer", metrics["wer"], self.state.step)
+            writer.flush()
+        if self.is_main:
+            self._save(epoch + 1, best=improved)
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "meta": self.meta,
+                "progress": {"epoch": self.state.epoch, "step": self.state.step,
+                             "samples": self.state.samples, "history": self.state.history,
+                             "best": self.state.best}}
+
+    def _save(self, epoch: int, *, best: bool) -> None:
+        ckpt_dir = self.exp_dir / "checkpoints"
+        state = self.checkpoint_state()
+        save_checkpoint(ckpt_dir / f"epoch{epoch}.pt", state)
+        if best:
+            save_checkpoint(ckpt_dir / "best.pt", state)
+        stale = ckpt_dir / f"epoch{epoch - self.cfg.keep_checkpoints}.pt"
+        stale.unlink(missing_ok=True)
+
+    def _tensorboard(self):
+        if not self.is_main:
+            return None
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.exp_dir / "tensorboard"))
+        return self._writer
+
+    def _progress(self, epoch: int):
+        if not (self.cfg.progress and self.is_main):
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=len(self.batches), desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
+                    unit="batch", leave=False, dynamic_ncols=True)
+
+    def _log_step(self, bar, loss: float, lr: float, fps: float) -> None:
+        if not math.isfinite(loss):
+            log.warning("step %d: loss is %s", self.state.step, loss)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.2f}", fps=f"{fps:.0f}", lr=f"{lr:.2e}", refresh=False)
+        if self.state.step % self.cfg.log_every == 0:
+            writer = self._tensorboard()
+            if writer is not None:
+                writer.add_scalar("train/loss", loss, self.state.step)
+                writer.add_scalar("train/lr", lr, self.state.step)
+                writer.add_scalar("train/frames_per_s", fps, self.state.step)

@@ -1,0 +1,89 @@
+"""Stages 2-5 through the CLI on a seeded fixture; transcribe agrees with the decode stage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from asrkit.data.datadir import read_kaldi_map
+from tests.conftest import SHARED_AN4, make_data_dir, run_cli
+
+
+def _tiny_recipe(tmp_path: Path, *extra: str):
+    for i, name in enumerate(("train", "train_dev", "test")):
+        make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
+    return run_cli("run", "--stage", "2", "--stop-stage", "5", f"data_root={tmp_path / 'data'}",
+                   f"feats_root={tmp_path / 'fbank'}", f"exp_dir={tmp_path / 'exp'}",
+                   "features.nj=1", "model=tiny", "train.epochs=2", "train.progress=false",
+                   "features.num_mel_bins=23", *extra)
+
+
+def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
+    result = _tiny_recipe(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    exp = tmp_path / "exp"
+    for name in ("model.pt", "cmvn_global.ark", "tokenizer/sp.model", "tokenizer/units.txt",
+                 "tokenizer/words.txt", "checkpoints/best.pt", "checkpoints/epoch2.pt",
+                 "train_summary.json", "config.yaml", "command", "log/run.log"):
+        assert (exp / name).is_file(), name
+    assert list((exp / "tensorboard").glob("events.out.tfevents.*"))
+    summary = json.loads((exp / "train_summary.json").read_text())
+    assert [h["epoch"] for h in summary["history"]] == [1, 2]
+    for name in ("train_dev", "test"):
+        scoring = exp / f"decode_{name}" / "scoring"
+        assert (scoring / "wer").read_text().startswith("%WER ")
+        for f in ("ref.trn", "hyp.trn", "per_utt", "per_spk"):
+            assert (scoring / f).is_file()
+        assert f"{name}: %WER " in result.stdout
+    log = (exp / "log" / "run.log").read_text()
+    for stage in ("tokenizer", "train", "decode"):
+        assert f"({stage}): done in" in log
+
+    hyp = read_kaldi_map(exp / "decode_test" / "hyp", allow_empty_value=True)
+    wav_scp = read_kaldi_map(tmp_path / "data" / "test" / "wav.scp")
+    out = run_cli("transcribe", str(exp), *wav_scp.values())
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(wav_scp)
+    for (utt, path), line in zip(wav_scp.items(), lines, strict=True):
+        got_path, _, text = line.partition("\t")
+        assert got_path == path and text == hyp[utt], (utt, line)
+
+
+def test_decode_any_data_dir_without_features(tmp_path: Path) -> None:
+    result = _tiny_recipe(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    other = tmp_path / "elsewhere" / "mine"
+    make_data_dir(other, utts=3, rate=8000, seed=99)  # 8 kHz: resampled to the model's rate
+    result = run_cli("run", "--stage", "5", "--stop-stage", "5", f"exp_dir={tmp_path / 'exp'}",
+                     f"data_root={tmp_path / 'data'}", f"decode.sets=[{other}]")
+    assert result.returncode == 0, result.stderr[-3000:]
+    hyp = read_kaldi_map(tmp_path / "exp" / "decode_mine" / "hyp", allow_empty_value=True)
+    assert sorted(hyp) == ["spk1-utt0", "spk2-utt1", "spk2-utt2"]
+    assert (tmp_path / "exp" / "decode_mine" / "scoring" / "wer").is_file()
+
+
+def test_transcribe_errors_are_one_line(tmp_path: Path) -> None:
+    out = run_cli("transcribe", str(tmp_path / "nothing"), "x.wav")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "model.pt: no trained model" in out.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_AN4.is_dir(), reason=f"AN4 corpus not at {SHARED_AN4}")
+def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
+    """The `make demo` recipe on real AN4 (minutes): test WER within the demo target."""
+    import re
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "recipes" / "an4" / "run.sh"
+    result = subprocess.run([str(script), f"data_root={tmp_path / 'data'}",
+                             f"feats_root={tmp_path / 'fbank'}", f"exp_dir={tmp_path / 'exp'}",
+                             "train.progress=false"],
+                            capture_output=True, text=True, timeout=3600, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    wer = float(re.search(r"test: %WER ([\d.]+)", result.stdout).group(1))
+    assert wer <= 20.0

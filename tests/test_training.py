@@ -1,0 +1,191 @@
+"""Tokenizer, model sizes, CTC training, checkpoints, greedy decoding, shipped configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asrkit.config import DEFAULT_CONFIG_DIR, compose, to_object
+from asrkit.data.datadir import read_kaldi_map
+from asrkit.decoding.greedy import greedy_ctc
+from asrkit.models import MODEL_SIZES, ModelConfig, build_model
+from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
+from asrkit.training.checkpoint import build_from_meta, load_model_bundle, save_checkpoint
+from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
+from asrkit.training.data import Utterance, collate, make_buckets
+from asrkit.training.schedule import LRSchedule
+from asrkit.training.specaug import spec_augment
+from asrkit.training.trainer import Trainer, ctc_loss
+
+TEXTS = {"a-1": "A B C", "a-2": "TWO THREE", "b-1": "YES NO", "b-2": "ERASE F G", "b-3": "GO"}
+
+
+@pytest.fixture
+def tokenizer(tmp_path: Path) -> Tokenizer:
+    return train_tokenizer(TEXTS, tmp_path / "tok", TokenizerConfig(kind="char"))
+
+
+def _utts(tokenizer: Tokenizer, *, dim: int = 8, seed: int = 0) -> list[Utterance]:
+    """Seeded features whose frames carry their token ids, so a model can learn them."""
+    rng = np.random.default_rng(seed)
+    utts = []
+    for utt, text in TEXTS.items():
+        tokens = np.asarray(tokenizer.encode(text), dtype=np.int64)
+        frames = []
+        for t in tokens:
+            proto = np.sin(np.arange(dim) * (int(t) + 1) * 0.37)
+            frames += [proto + 0.05 * rng.standard_normal(dim) for _ in range(4)]
+        utts.append(Utterance(utt, np.asarray(frames, dtype=np.float32), tokens, text))
+    return utts
+
+
+@pytest.mark.parametrize("kind", ["char", "unigram", "bpe"])
+def test_tokenizer_round_trip_and_files(tmp_path: Path, kind: str) -> None:
+    tok = train_tokenizer(TEXTS, tmp_path / kind, TokenizerConfig(kind=kind, vocab_size=20))
+    for text in TEXTS.values():
+        ids = tok.encode(text)
+        assert ids and min(ids) >= 1  # 0 is the CTC blank
+        assert tok.decode(ids) == text
+    units = (tmp_path / kind / "units.txt").read_text().splitlines()
+    assert units[0] == "<blank> 0" and len(units) == tok.num_tokens + 1
+    words = (tmp_path / kind / "words.txt").read_text().split()
+    assert words == sorted({w for t in TEXTS.values() for w in t.split()})
+
+
+@pytest.mark.parametrize("size", sorted(MODEL_SIZES))
+def test_model_output_shapes_for_every_size(size: str) -> None:
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(size=size, num_classes=7), input_dim=40, num_tokens=30).eval()
+    feats, lengths = torch.randn(3, 50, 40), torch.tensor([50, 37, 12])
+    out = model(feats, lengths)
+    frames = (50 + model.subsample - 1) // model.subsample
+    assert out["ctc"].shape == (3, frames, 31)
+    assert out["frame"].shape == (3, frames, 7)
+    assert out["lengths"].tolist() == [-(-n // model.subsample) for n in (50, 37, 12)]
+    assert torch.allclose(out["ctc"].exp().sum(-1), torch.ones(3, frames), atol=1e-4)
+
+
+def test_padding_does_not_change_an_utterances_output() -> None:
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(size="tiny", stack=3, subsample=3), input_dim=8,
+                        num_tokens=5).eval()
+    x = torch.randn(1, 30, 8)
+    alone = model(x, torch.tensor([30]))["ctc"]
+    padded = model(torch.cat([x, torch.randn(1, 12, 8)], dim=1).repeat(2, 1, 1),
+                   torch.tensor([30, 42]))["ctc"]
+    assert torch.allclose(alone[0], padded[0, :10], atol=1e-5)
+
+
+def test_ctc_loss_falls_on_a_tiny_fixture(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    torch.manual_seed(0)
+    utts = _utts(tokenizer)
+    model = build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=tokenizer.num_tokens)
+    trainer = Trainer(model, utts, utts, tokenizer=tokenizer, exp_dir=tmp_path / "exp",
+                      cfg=TrainConfig(epochs=40, max_frames=400, max_batch=5, progress=False,
+                                      device="cpu"),
+                      optim=OptimConfig(lr=2e-2), schedule=ScheduleConfig(warmup_steps=5),
+                      specaug=SpecAugConfig(enabled=False), meta={"model": model.args}, seed=0)
+    before = ctc_loss(model.eval(), collate(utts)).item()
+    state = trainer.fit()
+    after = ctc_loss(model.eval(), collate(utts)).item()
+    assert after < 0.3 * before, (before, after)
+    assert state.history[-1]["loss"] < state.history[0]["loss"]
+    assert (tmp_path / "exp" / "checkpoints" / "best.pt").is_file()
+    kept = sorted(p.name for p in (tmp_path / "exp" / "checkpoints").glob("epoch*.pt"))
+    assert kept == [f"epoch{e}.pt" for e in range(36, 41)]  # keep_checkpoints=5
+
+
+def test_checkpoint_round_trip_restores_identical_outputs(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(size="tiny", num_classes=4), input_dim=8, num_tokens=6).eval()
+    save_checkpoint(tmp_path / "m.pt", {"model": model.state_dict(), "meta": {"model": model.args}})
+    restored, meta = load_model_bundle(tmp_path / "m.pt")
+    x, n = torch.randn(2, 20, 8), torch.tensor([20, 15])
+    for key in ("ctc", "frame"):
+        assert torch.equal(model(x, n)[key], restored(x, n)[key])
+    assert build_from_meta(meta).args == model.args
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    from asrkit.errors import DataError
+
+    (tmp_path / "m.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(DataError, match="m.pt: cannot load checkpoint"):
+        load_model_bundle(tmp_path / "m.pt")
+
+
+def test_greedy_ctc_merges_repeats_and_drops_blanks() -> None:
+    path = torch.tensor([[0, 3, 3, 0, 3, 5, 5, 0, 2]])
+    scores = torch.nn.functional.one_hot(path, 6).float()
+    assert greedy_ctc(scores, torch.tensor([9])) == [[3, 3, 5, 2]]
+    assert greedy_ctc(scores, torch.tensor([3])) == [[3]]
+    assert greedy_ctc(scores, torch.tensor([0])) == [[]]
+
+
+def test_buckets_respect_the_frame_cap() -> None:
+    lengths = [100, 20, 55, 300, 90, 21, 60, 5000]
+    batches = make_buckets(lengths, max_frames=250, max_batch=3)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) <= 3
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 250
+
+
+def test_schedule_warmup_and_annealing() -> None:
+    sched = LRSchedule(ScheduleConfig(warmup_steps=10, anneal="cosine", final_scale=0.1),
+                       peak_lr=1.0, total_steps=110, steps_per_epoch=11)
+    assert sched(0) == pytest.approx(0.1) and sched(9) == pytest.approx(1.0)
+    assert sched(110) == pytest.approx(0.1)
+    exp = LRSchedule(ScheduleConfig(warmup_steps=0, anneal="exponential", decay=0.5,
+                                    decay_start_epoch=2), peak_lr=1.0, total_steps=100,
+                     steps_per_epoch=10)
+    assert [exp(s) for s in (5, 15, 25, 35)] == [1.0, 0.5, 0.25, 0.125]
+
+
+def test_specaugment_masks_within_the_utterance() -> None:
+    feats = torch.ones(2, 100, 20)
+    out = spec_augment(feats, torch.tensor([100, 40]), SpecAugConfig(time_width=30),
+                       torch.Generator().manual_seed(0))
+    assert (out == 0).any() and torch.equal(feats, torch.ones(2, 100, 20))
+    again = spec_augment(feats, torch.tensor([100, 40]), SpecAugConfig(time_width=30),
+                         torch.Generator().manual_seed(0))
+    assert torch.equal(out, again)
+
+
+def test_every_shipped_config_composes() -> None:
+    groups = [p for p in DEFAULT_CONFIG_DIR.iterdir() if p.is_dir()]
+    assert {g.name for g in groups} >= {"data", "features", "model", "optim", "tokenizer"}
+    for group in groups:
+        for option in sorted(group.glob("*.yaml")):
+            prefix = "+" if group.name == "experiment" else ""
+            cfg = to_object(compose([f"{prefix}{group.name}={option.stem}"]))
+            assert cfg.name
+
+
+def test_decode_writes_well_formed_kaldi_text(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    from asrkit.decoding.recognizer import Recognizer
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=tokenizer.num_tokens)
+    exp = tmp_path / "exp"
+    (exp / "tokenizer").mkdir(parents=True)
+    for name in ("sp.model", "units.txt", "words.txt"):
+        (exp / "tokenizer" / name).write_bytes((tokenizer.model_dir / name).read_bytes())
+    meta = {"model": model.args, "features": {"num_mel_bins": 8}, "cmvn": "none",
+            "tokenizer": "tokenizer"}
+    save_checkpoint(exp / "model.pt", {"model": model.state_dict(), "meta": meta})
+    recognizer = Recognizer(exp)
+    hyp = recognizer.recognize(_utts(tokenizer))
+    from asrkit.data.datadir import write_kaldi_map
+
+    write_kaldi_map(exp / "hyp", hyp)
+    lines = (exp / "hyp").read_text().splitlines()
+    assert [ln.split(" ")[0] for ln in lines] == sorted(TEXTS)
+    for line in lines:
+        assert line == line.strip() and "  " not in line
+    parsed = read_kaldi_map(exp / "hyp", allow_empty_value=True)
+    assert set(parsed) == set(TEXTS)
