@@ -40,7 +40,7 @@ test-all: install sysdeps
 	$(PY) -m pytest -m ''
 
 bench: install sysdeps
-	recipes/an4/run.sh --stop-stage 1
+	recipes/an4/run.sh --stop-stage 2
 	$(PY) -m asrkit bench --data-dir recipes/an4/data/test
 
 lint: install

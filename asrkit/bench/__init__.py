@@ -7,7 +7,8 @@ Public API: :data:`BENCHMARKS` (name -> function returning a result dict).
 """
 
 from asrkit.bench.features import bench_features
+from asrkit.bench.trainer import bench_trainer
 
-BENCHMARKS = {"features": bench_features}
+BENCHMARKS = {"features": bench_features, "trainer": bench_trainer}
 
-__all__ = ["BENCHMARKS", "bench_features"]
+__all__ = ["BENCHMARKS", "bench_features", "bench_trainer"]

@@ -21,6 +21,7 @@ _COMMANDS = (
     "asrkit.cli.bench",
     "asrkit.cli.score",
     "asrkit.cli.transcribe",
+    "asrkit.cli.topology",
 )
 
 

@@ -134,31 +134,36 @@ class Trainer:
         """Train for ``cfg.epochs`` epochs, validating and checkpointing after each."""
         model = self.hooks.wrap_model(self.model)
         for epoch in range(self.state.epoch, self.cfg.epochs):
-            model.train()
-            bar = self._progress(epoch)
-            began, frames = time.monotonic(), 0
-            for batch in self.batches.epoch(epoch):
-                self.hooks.before_step(self.state)
-                lr = self._set_lr()
-                loss = ctc_loss(model, self._augment(batch).to(self.device))
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.hooks.after_backward(model, self.state)
-                if self.cfg.clip_grad_norm > 0:
-                    nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad_norm)
-                self.optimizer.step()
-                self.hooks.after_step(model, self.state)
-                self.state.step += 1
-                self.state.samples += len(batch.utts)
-                frames += batch.frames
-                self._log_step(bar, loss.item(), lr, frames / (time.monotonic() - began))
-            if bar is not None:
-                bar.close()
+            seconds = self.train_epoch(model, self.batches.epoch(epoch), epoch=epoch)
             self.state.epoch = epoch + 1
             self.hooks.after_epoch(model, self.state)
-            self._end_epoch(epoch, time.monotonic() - began)
+            self._end_epoch(epoch, seconds)
         self.hooks.finish(model, self.state)
         return self.state
+
+    def train_epoch(self, model: nn.Module, batches: Iterable[Batch], *, epoch: int) -> float:
+        """One pass of optimizer steps over ``batches``; returns its wall time in seconds."""
+        model.train()
+        bar = self._progress(epoch)
+        began, frames = time.monotonic(), 0
+        for batch in batches:
+            self.hooks.before_step(self.state)
+            lr = self._set_lr()
+            loss = ctc_loss(model, self._augment(batch).to(self.device))
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.hooks.after_backward(model, self.state)
+            if self.cfg.clip_grad_norm > 0:
+                nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad_norm)
+            self.optimizer.step()
+            self.hooks.after_step(model, self.state)
+            self.state.step += 1
+            self.state.samples += len(batch.utts)
+            frames += batch.frames
+            self._log_step(bar, loss.item(), lr, frames / (time.monotonic() - began))
+        if bar is not None:
+            bar.close()
+        return time.monotonic() - began
 
     def _set_lr(self) -> float:
         lr = self.schedule(self.state.step)

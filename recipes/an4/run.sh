@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# AN4 recipe: raw audio -> Kaldi data dirs -> features (more stages land with the trainer).
+# AN4 recipe: raw audio -> Kaldi data dirs -> features -> tokenizer -> BLSTM-CTC training -> decoding + scoring.
 # Usage: recipes/an4/run.sh [--stage N] [--stop-stage M] [hydra overrides ...]
 #   e.g. recipes/an4/run.sh --stage 2 --stop-stage 2 features=mfcc features.nj=4
 # Outputs (data/, fbank/, exp/) go to this directory, as in a Kaldi egs dir.
