@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from asrkit.decoding.config import DecodeConfig
+from asrkit.distributed.config import StrategyConfig
 from asrkit.errors import ConfigError
 from asrkit.features.extractors import FeatureConfig
 from asrkit.models.lstm import ModelConfig
@@ -86,6 +87,7 @@ class AsrkitConfig:
     specaug: SpecAugConfig = field(default_factory=SpecAugConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
 
 
 _registered = False
@@ -131,6 +133,7 @@ def compose(
     typed.features.check()
     typed.tokenizer.check()
     typed.train.check()
+    typed.strategy.check()
     return cfg
 
 

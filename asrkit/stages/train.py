@@ -1,4 +1,10 @@
-"""Stage 4: train the acoustic model; writes ``model.pt`` and ``train_summary.json``."""
+"""Stage 4: train the acoustic model; writes ``model.pt`` and ``train_summary.json``.
+
+With ``strategy.learners x strategy.nnodes > 1`` the stage starts the learners
+with torchrun (``python -m asrkit.distributed.worker exp/<name>/config.yaml``) and
+waits; a stage already running under torchrun (a user's own ``torchrun -m asrkit
+run --stage 4 ...``) trains as the learner it was started as.
+"""
 
 from __future__ import annotations
 
@@ -6,51 +12,92 @@ import dataclasses
 import json
 import logging
 import shutil
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
+from asrkit.config import AsrkitConfig
 from asrkit.data.io import atomic_write
+from asrkit.distributed.launch import (
+    DistContext,
+    check_world,
+    context_from_env,
+    init_process_group,
+    launch_learners,
+    under_torchrun,
+)
+from asrkit.distributed.strategies import build_hooks
 from asrkit.features.cmvn import read_cmvn
 from asrkit.models.lstm import build_model
 from asrkit.stages.registry import StageContext, stage
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.checkpoint import load_checkpoint, save_checkpoint
 from asrkit.training.data import CmvnNormalizer, load_utterances
-from asrkit.training.trainer import Trainer
+from asrkit.training.trainer import Trainer, pick_device
 
 log = logging.getLogger(__name__)
 
 
 @stage(4, "train", "train the (B)LSTM CTC acoustic model, validating on the dev set every epoch")
 def train(ctx: StageContext) -> None:
-    cfg = ctx.cfg
-    torch.manual_seed(cfg.seed)
-    if cfg.train.num_threads > 0:
+    strategy = ctx.cfg.strategy
+    strategy.check()
+    if strategy.world_size > 1 and not under_torchrun():
+        launch_learners(strategy, ["asrkit.distributed.worker", str(ctx.exp_dir / "config.yaml")])
+        if strategy.node_rank == 0:
+            log.info("learners finished; model saved as %s", ctx.exp_dir / "model.pt")
+        return
+    dctx = context_from_env(pick_device(ctx.cfg.train.device), backend=strategy.backend)
+    train_learner(ctx.cfg, data_root=ctx.data_root, exp_dir=ctx.exp_dir, dctx=dctx)
+
+
+def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: DistContext) -> None:
+    """Train as learner ``dctx.rank``; the main learner writes the outputs."""
+    if dctx.world_size > 1:
+        check_world(cfg.strategy, dctx)
+        torch.set_num_threads(cfg.strategy.threads_per_learner)
+        init_process_group(dctx, timeout_s=cfg.strategy.timeout_s)
+    elif cfg.train.num_threads > 0:
         torch.set_num_threads(cfg.train.num_threads)
-    tokenizer = Tokenizer(ctx.exp_dir / "tokenizer")
-    train_dir, dev_dir = ctx.data_root / cfg.data.train_set, ctx.data_root / cfg.data.dev_set
+    torch.manual_seed(cfg.seed)
+    tokenizer = Tokenizer(exp_dir / "tokenizer")
+    train_dir, dev_dir = data_root / cfg.data.train_set, data_root / cfg.data.dev_set
     stats = None
     if cfg.features.cmvn == "global":
         # The training set's stats normalise every set, and travel with the model.
-        shutil.copyfile(train_dir / "cmvn_global.ark", ctx.exp_dir / "cmvn_global.ark")
-        stats = read_cmvn(ctx.exp_dir / "cmvn_global.ark")
+        if dctx.is_main:
+            shutil.copyfile(train_dir / "cmvn_global.ark", exp_dir / "cmvn_global.ark")
+        stats = read_cmvn(train_dir / "cmvn_global.ark")
     normalize = CmvnNormalizer(cfg.features.cmvn, global_stats=stats,
                                norm_vars=cfg.features.norm_vars)
     dim = cfg.features.dim
     train_utts = load_utterances(train_dir, normalize, tokenizer=tokenizer, input_dim=dim)
-    dev_utts = load_utterances(dev_dir, normalize, tokenizer=tokenizer, input_dim=dim)
+    dev_utts = load_utterances(dev_dir, normalize, tokenizer=tokenizer, input_dim=dim) \
+        if dctx.is_main else []
     model = build_model(cfg.model, input_dim=dim, num_tokens=tokenizer.num_tokens)
-    log.info("model: %s size, %.2fM parameters; %d train / %d dev utterances", cfg.model.size,
-             sum(p.numel() for p in model.parameters()) / 1e6, len(train_utts), len(dev_utts))
+    if dctx.is_main:
+        log.info("model: %s size, %.2fM parameters; %d train / %d dev utterances; strategy %s "
+                 "with %d learner(s)", cfg.model.size,
+                 sum(p.numel() for p in model.parameters()) / 1e6, len(train_utts), len(dev_utts),
+                 cfg.strategy.name, dctx.world_size)
     meta = {"model": model.args, "features": dataclasses.asdict(cfg.features),
             "cmvn": cfg.features.cmvn, "tokenizer": "tokenizer"}
-    trainer = Trainer(model, train_utts, dev_utts, tokenizer=tokenizer, exp_dir=ctx.exp_dir,
+    hooks = build_hooks(cfg.strategy, dctx)
+    trainer = Trainer(model, train_utts, dev_utts, tokenizer=tokenizer, exp_dir=exp_dir,
                       cfg=cfg.train, optim=cfg.optim, schedule=cfg.schedule, specaug=cfg.specaug,
-                      meta=meta, seed=cfg.seed)
-    state = trainer.fit()
-    best = load_checkpoint(ctx.exp_dir / "checkpoints" / "best.pt")
-    save_checkpoint(ctx.exp_dir / "model.pt", {"model": best["model"], "meta": best["meta"]})
-    atomic_write(ctx.exp_dir / "train_summary.json",
-                 json.dumps({"history": state.history, "best": state.best}, indent=2) + "\n")
+                      meta=meta, hooks=hooks, seed=cfg.seed)
+    try:
+        state = trainer.fit()
+    finally:
+        if dctx.world_size > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+    if not dctx.is_main:
+        return
+    best = load_checkpoint(exp_dir / "checkpoints" / "best.pt")
+    save_checkpoint(exp_dir / "model.pt", {"model": best["model"], "meta": best["meta"]})
+    atomic_write(exp_dir / "train_summary.json",
+                 json.dumps({"strategy": cfg.strategy.name, "learners": dctx.world_size,
+                             "history": state.history, "best": state.best}, indent=2) + "\n")
     log.info("best epoch %d (dev WER %.2f%%) saved as %s", state.best["epoch"], state.best["wer"],
-             ctx.exp_dir / "model.pt")
+             exp_dir / "model.pt")

@@ -50,6 +50,14 @@ class Batch:
     lengths: torch.Tensor
     targets: torch.Tensor
     target_lengths: torch.Tensor
+    #: What the summed loss is divided by: the utterance count, or for a learner's
+    #: shard of a global batch, global size / learners (so averaged gradients equal
+    #: those of the whole batch).
+    norm: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.norm:
+            self.norm = float(len(self.utts))
 
     @property
     def frames(self) -> int:
@@ -57,7 +65,7 @@ class Batch:
 
     def to(self, device: torch.device) -> Batch:
         return Batch(self.utts, self.feats.to(device), self.lengths.to(device),
-                     self.targets.to(device), self.target_lengths.to(device))
+                     self.targets.to(device), self.target_lengths.to(device), self.norm)
 
 
 class CmvnNormalizer:
@@ -136,12 +144,15 @@ def collate(utts: Sequence[Utterance]) -> Batch:
     return Batch([u.utt for u in utts], feats, lengths, targets, target_lengths)
 
 
-def make_buckets(lengths: Sequence[int], *, max_frames: int, max_batch: int) -> list[list[int]]:
+def make_buckets(lengths: Sequence[int], *, max_frames: int, max_batch: int,
+                 min_batch: int = 1) -> list[list[int]]:
     """Group indices into batches of similar length.
 
     Indices are sorted by length (longest first) and cut greedily so that
-    ``batch size x longest length <= max_frames`` and ``batch size <= max_batch``.
-    An utterance longer than ``max_frames`` gets a batch of its own.
+    ``batch size x longest length <= max_frames`` and ``batch size <= max_batch``,
+    but never below ``min_batch`` utterances (a global batch needs one per learner);
+    an utterance longer than ``max_frames`` gets a batch of its own when ``min_batch`` is 1.
+    The last batch may be short; with ``min_batch`` > 1 it is merged into the one before.
     """
     if max_frames < 1 or max_batch < 1:
         raise ConfigError(f"train.max_frames={max_frames} and train.max_batch={max_batch} must "
@@ -151,31 +162,41 @@ def make_buckets(lengths: Sequence[int], *, max_frames: int, max_batch: int) -> 
     current: list[int] = []
     for i in order:
         longest = lengths[current[0]] if current else lengths[i]
-        if current and ((len(current) + 1) * longest > max_frames or len(current) >= max_batch):
+        full = (len(current) + 1) * longest > max_frames or len(current) >= max(max_batch, min_batch)
+        if current and len(current) >= min_batch and full:
             batches.append(current)
             current = []
         current.append(i)
     if current:
-        batches.append(current)
+        if len(current) < min_batch and batches:
+            batches[-1].extend(current)
+        else:
+            batches.append(current)
     return batches
 
 
 class BucketBatches:
     """Epoch-by-epoch batches: fixed buckets, order reshuffled per epoch from ``seed``.
 
+    With ``world > 1`` the buckets are *global* batches (at least ``world``
+    utterances each) and this learner gets utterances ``rank::world`` of each, so
+    ``world`` learners together take the same steps as one process would; every
+    learner sees the same number of batches in the same order.
+
     Args:
-        utts: the training utterances.
-        max_frames, max_batch: see :func:`make_buckets`.
+        utts: the training utterances (the same list on every learner).
+        max_frames, max_batch: see :func:`make_buckets` (global, across learners).
         shuffle: reshuffle the batch order every epoch.
         seed: base seed; epoch ``e`` uses ``seed + e``.
+        rank, world: this learner's shard.
     """
 
     def __init__(self, utts: Sequence[Utterance], *, max_frames: int, max_batch: int,
-                 shuffle: bool = True, seed: int = 1) -> None:
+                 shuffle: bool = True, seed: int = 1, rank: int = 0, world: int = 1) -> None:
         self.utts = list(utts)
         self.buckets = make_buckets([u.feats.shape[0] for u in self.utts], max_frames=max_frames,
-                                    max_batch=max_batch)
-        self.shuffle, self.seed = shuffle, seed
+                                    max_batch=max_batch, min_batch=world)
+        self.shuffle, self.seed, self.rank, self.world = shuffle, seed, rank, world
 
     def __len__(self) -> int:
         return len(self.buckets)
@@ -185,4 +206,7 @@ class BucketBatches:
         if self.shuffle:
             random.Random(self.seed + epoch).shuffle(order)
         for b in order:
-            yield collate([self.utts[i] for i in self.buckets[b]])
+            bucket = self.buckets[b]
+            batch = collate([self.utts[i] for i in bucket[self.rank::self.world]])
+            batch.norm = len(bucket) / self.world
+            yield batch

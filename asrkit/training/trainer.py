@@ -45,7 +45,23 @@ class TrainState:
 
 
 class TrainHooks:
-    """Where a distributed strategy plugs into :meth:`Trainer.fit`; all no-ops here."""
+    """Where a distributed strategy plugs into :meth:`Trainer.fit`; all no-ops here.
+
+    Attributes:
+        rank, world_size: this learner and how many there are (1 for a single process).
+    """
+
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """The learner that validates, logs and writes checkpoints."""
+        return self.rank == 0
+
+    def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
+        """This learner's batches (a strategy decides how data is sharded)."""
+        return BucketBatches(utts, max_frames=cfg.max_frames, max_batch=cfg.max_batch, seed=seed)
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         """Called once; returns the module the loop calls (e.g. a DDP wrapper)."""
@@ -68,11 +84,11 @@ class TrainHooks:
 
 
 def ctc_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Mean over utterances of the CTC loss (``zero_infinity`` guards too-short inputs)."""
+    """Summed CTC loss / ``batch.norm`` (``zero_infinity`` guards too-short inputs)."""
     out = model(batch.feats, batch.lengths)
     return nn.functional.ctc_loss(out["ctc"].transpose(0, 1), batch.targets, out["lengths"],
                                   batch.target_lengths, blank=0, reduction="sum",
-                                  zero_infinity=True) / len(batch.utts)
+                                  zero_infinity=True) / batch.norm
 
 
 def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -112,16 +128,15 @@ class Trainer:
     def __init__(self, model: LSTMAcousticModel, train: list[Utterance], dev: list[Utterance], *,
                  tokenizer: Tokenizer, exp_dir: str | Path, cfg: TrainConfig, optim: OptimConfig,
                  schedule: ScheduleConfig, specaug: SpecAugConfig, meta: dict[str, Any],
-                 hooks: TrainHooks | None = None, seed: int = 1, is_main: bool = True) -> None:
+                 hooks: TrainHooks | None = None, seed: int = 1) -> None:
         cfg.check()
         self.cfg, self.specaug, self.meta, self.seed = cfg, specaug, meta, seed
         self.device = pick_device(cfg.device)
         self.model = model.to(self.device)
         self.hooks = hooks or TrainHooks()
-        self.tokenizer, self.dev, self.is_main = tokenizer, dev, is_main
+        self.tokenizer, self.dev, self.is_main = tokenizer, dev, self.hooks.is_main
         self.exp_dir = Path(exp_dir)
-        self.batches = BucketBatches(train, max_frames=cfg.max_frames, max_batch=cfg.max_batch,
-                                     seed=seed)
+        self.batches = self.hooks.make_batches(train, cfg, seed=seed)
         self.optimizer = build_optimizer(self.model.parameters(), optim)
         self.schedule = LRSchedule(schedule, peak_lr=optim.lr,
                                    total_steps=cfg.epochs * len(self.batches),
@@ -173,7 +188,8 @@ class Trainer:
 
     def _augment(self, batch: Batch) -> Batch:
         feats = spec_augment(batch.feats, batch.lengths, self.specaug, self.generator)
-        return Batch(batch.utts, feats, batch.lengths, batch.targets, batch.target_lengths)
+        return Batch(batch.utts, feats, batch.lengths, batch.targets, batch.target_lengths,
+                     batch.norm)
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -197,6 +213,8 @@ class Trainer:
         return {"loss": total / max(count, 1), "wer": wer}
 
     def _end_epoch(self, epoch: int, seconds: float) -> None:
+        if not self.is_main:
+            return  # the other learners carry on; their next collective waits for this one
         metrics = {"epoch": epoch + 1, **self.validate(), "seconds": seconds}
         self.state.history.append(metrics)
         key = self.cfg.best_metric
@@ -211,8 +229,7 @@ class Trainer:
             writer.add_scalar("dev/loss", metrics["loss"], self.state.step)
             writer.add_scalar("dev/wer", metrics["wer"], self.state.step)
             writer.flush()
-        if self.is_main:
-            self._save(epoch + 1, best=improved)
+        self._save(epoch + 1, best=improved)
 
     def checkpoint_state(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),

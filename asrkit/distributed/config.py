@@ -1,0 +1,54 @@
+"""Settings of the ``strategy`` config group: how learners cooperate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from asrkit.errors import ConfigError
+
+STRATEGY_NAMES = ("single", "sync")
+
+
+@dataclass
+class StrategyConfig:
+    """The ``strategy`` group.
+
+    Attributes:
+        name: ``single`` (one process) or ``sync`` (synchronous SGD, DDP).
+        learners: learner processes per node (``torchrun --nproc-per-node``).
+        nnodes / node_rank / master_addr / master_port: multi-node rendezvous (one
+            ``torchrun`` per node; every node gives the same address and port).
+        backend: ``auto`` (gloo on CPU, NCCL on CUDA), ``gloo`` or ``nccl``.
+        timeout_s: process-group timeout; a dead or stuck learner makes the others
+            fail with an error after this long instead of hanging.
+        threads_per_learner: intra-op CPU threads per learner process.
+    """
+
+    name: str = "single"
+    learners: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29531
+    backend: str = "auto"
+    timeout_s: float = 300.0
+    threads_per_learner: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.learners * self.nnodes
+
+    def check(self) -> None:
+        if self.name not in STRATEGY_NAMES:
+            raise ConfigError(f"strategy.name={self.name!r} is unknown; choose one of "
+                              f"{list(STRATEGY_NAMES)}")
+        if self.learners < 1 or self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
+            raise ConfigError(f"strategy: learners={self.learners} and nnodes={self.nnodes} must "
+                              f"be >= 1 and node_rank={self.node_rank} in [0, nnodes)")
+        if self.name == "single" and self.world_size > 1:
+            raise ConfigError(f"strategy=single runs one learner but learners x nnodes = "
+                              f"{self.world_size}; pick strategy=sync or set strategy.learners=1")
+        if self.backend not in ("auto", "gloo", "nccl"):
+            raise ConfigError(f"strategy.backend={self.backend!r}; choose auto, gloo or nccl")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"strategy.timeout_s={self.timeout_s} must be positive")

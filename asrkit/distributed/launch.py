@@ -1,0 +1,100 @@
+"""Learner processes: launching them with torchrun and joining the process group.
+
+The environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ...) is
+read here and nowhere else: :func:`context_from_env` turns it into a
+:class:`DistContext` that is passed down explicitly.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from asrkit.distributed.config import StrategyConfig
+from asrkit.errors import ConfigError, UserError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Who this learner is. ``world_size == 1`` is a plain single process."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    backend: str = "gloo"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def under_torchrun(environ: Mapping[str, str] = os.environ) -> bool:
+    """True inside a process started by torchrun."""
+    return "TORCHELASTIC_RUN_ID" in environ or ("RANK" in environ and "WORLD_SIZE" in environ)
+
+
+def context_from_env(device: torch.device, *, backend: str = "auto",
+                     environ: Mapping[str, str] = os.environ) -> DistContext:
+    """The learner's rank, world size and device from torchrun's environment."""
+    if not under_torchrun(environ):
+        return DistContext(device=device, backend="gloo")
+    rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
+    local = int(environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":
+        device = torch.device("cuda", local % max(1, torch.cuda.device_count()))
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    return DistContext(rank=rank, world_size=world, local_rank=local, device=device,
+                       backend=backend)
+
+
+def init_process_group(ctx: DistContext, *, timeout_s: float) -> None:
+    """Join the default process group (torchrun's env:// rendezvous) with a finite timeout."""
+    if ctx.world_size == 1 or dist.is_initialized():
+        return
+    if ctx.device.type == "cuda":
+        torch.cuda.set_device(ctx.device)
+    dist.init_process_group(ctx.backend, rank=ctx.rank, world_size=ctx.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def torchrun_command(cfg: StrategyConfig, module_args: Sequence[str]) -> list[str]:
+    """``python -m torch.distributed.run ... -m <module_args>`` for this node."""
+    return [sys.executable, "-m", "torch.distributed.run",
+            f"--nproc-per-node={cfg.learners}", f"--nnodes={cfg.nnodes}",
+            f"--node-rank={cfg.node_rank}", f"--master-addr={cfg.master_addr}",
+            f"--master-port={cfg.master_port}", "--max-restarts=0", "-m", *module_args]
+
+
+def launch_learners(cfg: StrategyConfig, module_args: Sequence[str]) -> None:
+    """Run ``cfg.learners`` learner processes on this node and wait for them.
+
+    Raises:
+        UserError: a learner failed (its error is in the log above and in the
+            experiment's log).
+    """
+    command = torchrun_command(cfg, module_args)
+    log.info("launching %d learner(s) on node %d/%d: %s", cfg.learners, cfg.node_rank,
+             cfg.nnodes, " ".join(command))
+    env = dict(os.environ, OMP_NUM_THREADS=str(cfg.threads_per_learner))
+    proc = subprocess.run(command, env=env, check=False)
+    if proc.returncode != 0:
+        raise UserError(f"distributed training failed: torchrun exited with status "
+                        f"{proc.returncode}; the failing learner's error is printed above")
+
+
+def check_world(cfg: StrategyConfig, ctx: DistContext) -> None:
+    if ctx.world_size != cfg.world_size:
+        raise ConfigError(f"torchrun started {ctx.world_size} learners but strategy.learners x "
+                          f"strategy.nnodes = {cfg.world_size}; make them agree")

@@ -1,0 +1,38 @@
+"""SYNC: synchronous SGD. Gradients are averaged every step by DistributedDataParallel.
+
+Learners take the same steps as one process training on the global batch: each
+global batch (bucketed over the whole training set, ``train.max_frames`` and
+``train.max_batch`` counted globally) is split ``rank::world`` across learners, and
+each learner divides its summed loss by ``global size / learners`` so that DDP's
+gradient mean equals the global batch's mean gradient. ``optim.lr`` is therefore the
+learning rate for the global batch, exactly as in a single-process run. Replicas start
+from rank 0's weights (DDP broadcasts them) and stay bitwise identical.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from asrkit.distributed.launch import DistContext
+from asrkit.training.config import TrainConfig
+from asrkit.training.data import BucketBatches, Utterance
+from asrkit.training.trainer import TrainHooks
+
+
+class SyncHooks(TrainHooks):
+    """DDP gradient averaging over all learners."""
+
+    def __init__(self, ctx: DistContext) -> None:
+        self.ctx, self.rank, self.world_size = ctx, ctx.rank, ctx.world_size
+
+    def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
+        return BucketBatches(utts, max_frames=cfg.max_frames, max_batch=cfg.max_batch, seed=seed,
+                             rank=self.rank, world=self.world_size)
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        if self.world_size == 1:
+            return model
+        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+        # broadcast_buffers off: the model has no buffers that change during training.
+        return DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)

@@ -1,0 +1,44 @@
+"""A learner process: ``python -m asrkit.distributed.worker EXP_DIR/config.yaml``.
+
+torchrun starts one of these per learner. The config is the resolved one the
+stage runner saved, so every learner trains with exactly the settings of the
+run that launched it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from asrkit.config import AsrkitConfig
+from asrkit.distributed.launch import context_from_env
+from asrkit.errors import UserError
+from asrkit.stages.train import train_learner
+from asrkit.training.trainer import pick_device
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m asrkit.distributed.worker EXP_DIR/config.yaml", file=sys.stderr)
+        return 2
+    config = Path(argv[0])
+    try:
+        schema = OmegaConf.structured(AsrkitConfig)
+        cfg = OmegaConf.to_object(OmegaConf.merge(schema, OmegaConf.load(config)))
+        assert isinstance(cfg, AsrkitConfig)
+        dctx = context_from_env(pick_device(cfg.train.device), backend=cfg.strategy.backend)
+        logging.basicConfig(level=logging.INFO,
+                            format=f"%(asctime)s %(levelname)s [learner {dctx.rank}] %(name)s: "
+                            "%(message)s", datefmt="%Y-%m-%d %H:%M:%S")
+        train_learner(cfg, data_root=Path(cfg.data_root), exp_dir=Path(cfg.exp_dir), dctx=dctx)
+    except UserError as err:
+        print(f"asrkit: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

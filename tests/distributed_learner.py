@@ -1,0 +1,73 @@
+"""A learner for the multi-process tests: ``torchrun ... -m tests.distributed_learner OUT STRATEGY [k=v ...]``.
+
+Trains the tiny model on a seeded synthetic set with the given strategy and saves
+this learner's final weights as ``OUT/rank<R>.pt`` (plus ``OUT/initial.pt`` from rank 0).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.launch import context_from_env, init_process_group
+from asrkit.distributed.strategies import build_hooks
+from asrkit.models import ModelConfig, build_model
+from asrkit.targets import Tokenizer
+from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer
+from asrkit.training.data import Utterance
+
+DIM = 8
+
+
+def synthetic_utterances(tokenizer: Tokenizer, count: int = 24, seed: int = 0) -> list[Utterance]:
+    """Seeded utterances of random token strings whose frames encode their tokens."""
+    rng = np.random.default_rng(seed)
+    utts = []
+    for k in range(count):
+        tokens = rng.integers(1, tokenizer.num_tokens + 1, size=int(rng.integers(2, 6)))
+        frames = [np.sin(np.arange(DIM) * (int(t) + 1) * 0.37) + 0.1 * rng.standard_normal(DIM)
+                  for t in tokens for _ in range(int(rng.integers(3, 7)))]
+        utts.append(Utterance(f"s{k % 3}-u{k:03d}", np.asarray(frames, dtype=np.float32),
+                              tokens.astype(np.int64), "A B"))
+    return utts
+
+
+def make_trainer(out: Path, strategy: StrategyConfig, *, lr: float, epochs: int, ctx=None) -> Trainer:
+    torch.manual_seed(0)
+    tokenizer = Tokenizer(out / "tok")
+    utts = synthetic_utterances(tokenizer)
+    model = build_model(ModelConfig(size="tiny"), input_dim=DIM, num_tokens=tokenizer.num_tokens)
+    hooks = build_hooks(strategy, ctx) if ctx is not None else None
+    return Trainer(model, utts, utts[:4], tokenizer=tokenizer, exp_dir=out / "exp",
+                   cfg=TrainConfig(epochs=epochs, max_frames=300, max_batch=8, progress=False,
+                                   device="cpu", clip_grad_norm=1.0),
+                   optim=OptimConfig(name="sgd", lr=lr, momentum=0.9),
+                   schedule=ScheduleConfig(warmup_steps=0, anneal="none"),
+                   specaug=SpecAugConfig(enabled=False), meta={"model": model.args}, hooks=hooks,
+                   seed=0)
+
+
+def main(argv: list[str]) -> int:
+    out, name = Path(argv[0]), argv[1]
+    settings = dict(arg.split("=", 1) for arg in argv[2:])
+    lr, epochs = float(settings.pop("lr", "0.05")), int(settings.pop("epochs", "2"))
+    torch.set_num_threads(1)
+    ctx = context_from_env(torch.device("cpu"))
+    strategy = StrategyConfig(name=name, learners=ctx.world_size, timeout_s=60,
+                              **{k: type(getattr(StrategyConfig, k))(v) for k, v in settings.items()})
+    init_process_group(ctx, timeout_s=strategy.timeout_s)
+    trainer = make_trainer(out, strategy, lr=lr, epochs=epochs, ctx=ctx)
+    if ctx.rank == 0:
+        torch.save(trainer.model.state_dict(), out / "initial.pt")
+    trainer.fit()
+    torch.save(trainer.model.state_dict(), out / f"rank{ctx.rank}.pt")
+    torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
