@@ -1,4 +1,4 @@
-"""A learner for the multi-process tests: ``torchrun ... -m tests.distributed_learner OUT STRATEGY [k=v ...]``.
+"""A learner for the multi-process tests (run under torchrun; see test_distributed.py).
 
 Trains the tiny model on a seeded synthetic set with the given strategy and saves
 this learner's final weights as ``OUT/rank<R>.pt`` (plus ``OUT/initial.pt`` from rank 0).
@@ -41,7 +41,7 @@ def make_trainer(out: Path, strategy: StrategyConfig, *, lr: float, epochs: int,
     tokenizer = Tokenizer(out / "tok")
     utts = synthetic_utterances(tokenizer)
     model = build_model(ModelConfig(size="tiny"), input_dim=DIM, num_tokens=tokenizer.num_tokens)
-    hooks = build_hooks(strategy, ctx) if ctx is not None else None
+    hooks = build_hooks(strategy, ctx, seed=0) if ctx is not None else None
     return Trainer(model, utts, utts[:4], tokenizer=tokenizer, exp_dir=out / "exp",
                    cfg=TrainConfig(epochs=epochs, max_frames=300, max_batch=8, progress=False,
                                    device="cpu", clip_grad_norm=1.0),
@@ -57,12 +57,28 @@ def main(argv: list[str]) -> int:
     lr, epochs = float(settings.pop("lr", "0.05")), int(settings.pop("epochs", "2"))
     torch.set_num_threads(1)
     ctx = context_from_env(torch.device("cpu"))
-    strategy = StrategyConfig(name=name, learners=ctx.world_size, timeout_s=60,
-                              **{k: type(getattr(StrategyConfig, k))(v) for k, v in settings.items()})
+    perturb = float(settings.pop("perturb", "0"))
+    typed = {k: (v == "true") if isinstance(getattr(StrategyConfig, k), bool)
+             else type(getattr(StrategyConfig, k))(v) for k, v in settings.items()}
+    strategy = StrategyConfig(name=name, learners=ctx.world_size, timeout_s=60, **typed)
     init_process_group(ctx, timeout_s=strategy.timeout_s)
     trainer = make_trainer(out, strategy, lr=lr, epochs=epochs, ctx=ctx)
     if ctx.rank == 0:
         torch.save(trainer.model.state_dict(), out / "initial.pt")
+    if perturb:
+        # Different starting points per learner, applied after the strategy syncs them.
+        wrap = trainer.hooks.wrap_model
+
+        def wrap_and_perturb(model):
+            wrapped = wrap(model)
+            gen = torch.Generator().manual_seed(1000 + ctx.rank)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(perturb * torch.randn(p.shape, generator=gen))
+            torch.save(model.state_dict(), out / f"start{ctx.rank}.pt")
+            return wrapped
+
+        trainer.hooks.wrap_model = wrap_and_perturb
     trainer.fit()
     torch.save(trainer.model.state_dict(), out / f"rank{ctx.rank}.pt")
     torch.distributed.destroy_process_group()

@@ -54,3 +54,33 @@ def test_sync_replicas_identical_and_equal_to_one_process(tmp_path: Path, learne
         assert torch.allclose(value, states[0][key], atol=1e-5, rtol=1e-4), key
         moved = max(moved, float((value - initial[key]).abs().max()))
     assert moved > 1e-3  # training really changed the weights
+
+
+def _mean(states: list[dict]) -> dict:
+    return {k: sum(s[k] for s in states) / len(states) for k in states[0]}
+
+
+def _spread(states: list[dict]) -> float:
+    mean = _mean(states)
+    return max(float(torch.cat([(s[k] - mean[k]).reshape(-1) for k in mean]).norm()) for s in states)
+
+
+@pytest.mark.parametrize(("learners", "pattern"), [(2, "fixed"), (4, "random"), (4, "fixed")])
+def test_adpsgd_lr0_preserves_mean_and_reaches_consensus(tmp_path: Path, learners: int,
+                                                         pattern: str) -> None:
+    states = _run_learners(tmp_path, learners, "adpsgd", "lr=0", "perturb=0.1", f"pattern={pattern}",
+                           "final_consensus=false", "epochs=3")
+    starts = [torch.load(tmp_path / f"start{r}.pt", weights_only=True) for r in range(learners)]
+    before, after = _mean(starts), _mean(states)
+    for key in before:
+        scale = float(before[key].abs().max()) + 1e-12
+        assert float((after[key] - before[key]).abs().max()) / scale <= 1e-6, key
+    assert _spread(states) < 0.05 * _spread(starts)  # pairwise averaging alone pulled them together
+
+
+def test_adpsgd_trains_and_ends_with_one_model(tmp_path: Path) -> None:
+    states = _run_learners(tmp_path, 2, "adpsgd", "pattern=random", "epochs=3")
+    initial = torch.load(tmp_path / "initial.pt", weights_only=True)
+    for key in states[0]:
+        assert torch.allclose(states[0][key], states[1][key], atol=1e-6), key  # final consensus
+    assert max(float((states[0][k] - initial[k]).abs().max()) for k in initial) > 1e-3

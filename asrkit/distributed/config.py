@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from asrkit.errors import ConfigError
 
-STRATEGY_NAMES = ("single", "sync")
+STRATEGY_NAMES = ("single", "sync", "adpsgd")
 
 
 @dataclass
@@ -14,7 +14,8 @@ class StrategyConfig:
     """The ``strategy`` group.
 
     Attributes:
-        name: ``single`` (one process) or ``sync`` (synchronous SGD, DDP).
+        name: ``single`` (one process), ``sync`` (synchronous SGD, DDP) or ``adpsgd``
+            (asynchronous decentralized pairwise averaging).
         learners: learner processes per node (``torchrun --nproc-per-node``).
         nnodes / node_rank / master_addr / master_port: multi-node rendezvous (one
             ``torchrun`` per node; every node gives the same address and port).
@@ -22,6 +23,10 @@ class StrategyConfig:
         timeout_s: process-group timeout; a dead or stuck learner makes the others
             fail with an error after this long instead of hanging.
         threads_per_learner: intra-op CPU threads per learner process.
+        pattern: ADPSGD partner pattern, ``fixed`` (ring) or ``random`` (seeded matching).
+        averaging_period: ADPSGD pacing, local steps per averaging round.
+        check_every: ADPSGD rounds between progress/stop all-reduces.
+        final_consensus: average all replicas into one model at the end (ADPSGD).
     """
 
     name: str = "single"
@@ -33,6 +38,10 @@ class StrategyConfig:
     backend: str = "auto"
     timeout_s: float = 300.0
     threads_per_learner: int = 1
+    pattern: str = "random"
+    averaging_period: int = 1
+    check_every: int = 4
+    final_consensus: bool = True
 
     @property
     def world_size(self) -> int:
@@ -50,5 +59,13 @@ class StrategyConfig:
                               f"{self.world_size}; pick strategy=sync or set strategy.learners=1")
         if self.backend not in ("auto", "gloo", "nccl"):
             raise ConfigError(f"strategy.backend={self.backend!r}; choose auto, gloo or nccl")
+        if self.pattern not in ("fixed", "random"):
+            raise ConfigError(f"strategy.pattern={self.pattern!r}; choose fixed or random")
+        if self.averaging_period < 1 or self.check_every < 1:
+            raise ConfigError(f"strategy.averaging_period={self.averaging_period} and "
+                              f"strategy.check_every={self.check_every} must be >= 1")
+        if self.name == "adpsgd" and self.world_size > 1 and self.world_size % 2:
+            raise ConfigError(f"strategy=adpsgd pairs even with odd ranks, so it needs an even "
+                              f"number of learners, got {self.world_size}")
         if self.timeout_s <= 0:
             raise ConfigError(f"strategy.timeout_s={self.timeout_s} must be positive")

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from asrkit.distributed.adpsgd import AdpsgdHooks
 from asrkit.distributed.config import StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.distributed.sync import SyncHooks
 from asrkit.errors import ConfigError
 from asrkit.training.trainer import TrainHooks
 
-STRATEGIES: dict[str, Callable[[StrategyConfig, DistContext], TrainHooks]] = {
-    "single": lambda cfg, ctx: TrainHooks(),
-    "sync": lambda cfg, ctx: SyncHooks(ctx),
+STRATEGIES: dict[str, Callable[[StrategyConfig, DistContext, int], TrainHooks]] = {
+    "single": lambda cfg, ctx, seed: TrainHooks(),
+    "sync": lambda cfg, ctx, seed: SyncHooks(ctx),
+    "adpsgd": lambda cfg, ctx, seed: AdpsgdHooks(cfg, ctx, seed=seed),
 }
 
 
-def build_hooks(cfg: StrategyConfig, ctx: DistContext) -> TrainHooks:
+def build_hooks(cfg: StrategyConfig, ctx: DistContext, *, seed: int = 1) -> TrainHooks:
     if cfg.name not in STRATEGIES:
         raise ConfigError(f"strategy.name={cfg.name!r} is unknown; choose one of {sorted(STRATEGIES)}")
-    return STRATEGIES[cfg.name](cfg, ctx)
+    if ctx.world_size == 1 and cfg.name != "single":
+        return TrainHooks()  # one learner is a plain process, whatever the strategy
+    return STRATEGIES[cfg.name](cfg, ctx, seed)

@@ -83,7 +83,7 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
                  cfg.strategy.name, dctx.world_size)
     meta = {"model": model.args, "features": dataclasses.asdict(cfg.features),
             "cmvn": cfg.features.cmvn, "tokenizer": "tokenizer"}
-    hooks = build_hooks(cfg.strategy, dctx)
+    hooks = build_hooks(cfg.strategy, dctx, seed=cfg.seed)
     trainer = Trainer(model, train_utts, dev_utts, tokenizer=tokenizer, exp_dir=exp_dir,
                       cfg=cfg.train, optim=cfg.optim, schedule=cfg.schedule, specaug=cfg.specaug,
                       meta=meta, hooks=hooks, seed=cfg.seed)

@@ -206,7 +206,9 @@ class BucketBatches:
         if self.shuffle:
             random.Random(self.seed + epoch).shuffle(order)
         for b in order:
-            bucket = self.buckets[b]
-            batch = collate([self.utts[i] for i in bucket[self.rank::self.world]])
-            batch.norm = len(bucket) / self.world
-            yield batch
+            yield self._collate(self.buckets[b])
+
+    def _collate(self, bucket: list[int]) -> Batch:
+        batch = collate([self.utts[i] for i in bucket[self.rank::self.world]])
+        batch.norm = len(bucket) / self.world
+        return batch

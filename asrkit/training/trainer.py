@@ -67,6 +67,10 @@ class TrainHooks:
         """Called once; returns the module the loop calls (e.g. a DDP wrapper)."""
         return model
 
+    def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:
+        """Where the learning-rate schedule stands, in steps (ADPSGD: global progress)."""
+        return float(state.step)
+
     def before_step(self, state: TrainState) -> None:
         """Before the forward pass (snapshot weights, inject straggler delays)."""
 
@@ -74,13 +78,14 @@ class TrainHooks:
         """Gradients are ready, not yet clipped or applied (gradient averaging)."""
 
     def after_step(self, model: nn.Module, state: TrainState) -> None:
-        """Weights updated (weight averaging with a neighbour)."""
+        """Weights updated and ``state.step``/``state.samples`` counted (weight averaging)."""
 
     def after_epoch(self, model: nn.Module, state: TrainState) -> None:
         """An epoch ended, before validation."""
 
     def finish(self, model: nn.Module, state: TrainState) -> None:
-        """Training ended (final consensus averaging, stopping threads)."""
+        """The last epoch's steps are done, before its validation and checkpoint (final
+        consensus averaging, stopping threads)."""
 
 
 def ctc_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -151,9 +156,11 @@ class Trainer:
         for epoch in range(self.state.epoch, self.cfg.epochs):
             seconds = self.train_epoch(model, self.batches.epoch(epoch), epoch=epoch)
             self.state.epoch = epoch + 1
-            self.hooks.after_epoch(model, self.state)
+            if self.state.epoch < self.cfg.epochs:
+                self.hooks.after_epoch(model, self.state)
+            else:
+                self.hooks.finish(model, self.state)  # the last checkpoint holds the final model
             self._end_epoch(epoch, seconds)
-        self.hooks.finish(model, self.state)
         return self.state
 
     def train_epoch(self, model: nn.Module, batches: Iterable[Batch], *, epoch: int) -> float:
@@ -171,9 +178,9 @@ class Trainer:
             if self.cfg.clip_grad_norm > 0:
                 nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad_norm)
             self.optimizer.step()
-            self.hooks.after_step(model, self.state)
             self.state.step += 1
             self.state.samples += len(batch.utts)
+            self.hooks.after_step(model, self.state)
             frames += batch.frames
             self._log_step(bar, loss.item(), lr, frames / (time.monotonic() - began))
         if bar is not None:
@@ -181,7 +188,7 @@ class Trainer:
         return time.monotonic() - began
 
     def _set_lr(self) -> float:
-        lr = self.schedule(self.state.step)
+        lr = self.schedule(self.hooks.progress_step(self.state, len(self.batches)))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr

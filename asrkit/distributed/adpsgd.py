@@ -1,0 +1,266 @@
+"""ADPSGD: asynchronous decentralized parallel SGD (Lian et al., 2018).
+
+Each learner trains on its own shard with local batches of ``1/n`` of the global
+batch and its own optimizer (momentum stays local). A communication thread per
+learner repeatedly averages weights with one partner from the ``fixed`` ring or a
+seeded ``random`` matching (:mod:`asrkit.distributed.topology`); even ranks are
+active, odd ranks passive, so every round is a perfect matching and cannot deadlock.
+
+The thread never touches the live weights while the compute loop runs a step. After
+every local step the compute loop publishes a snapshot ``x_i^snap`` and applies the
+pending averaging delta; the thread exchanges snapshots with its partner and adds
+``(x_j^snap - x_i^snap) / 2`` to the pending delta. The two deltas of a pair are exact
+negatives of each other, so the learners' mean is preserved, and local steps taken
+during the exchange are kept (the delta form of the update).
+
+The thread runs on its own gloo process group with a finite timeout (never NCCL from
+a second thread). Every ``check_every`` rounds it all-reduces ``[samples, done]``
+with the others: that gives global progress (which drives epochs and the learning
+rate: a global epoch ends when all learners together have processed the training set
+once) and tells it when every learner has finished. At the end the replicas are
+averaged into one model (consensus) before anything is saved.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.launch import DistContext
+from asrkit.distributed.topology import pairing
+from asrkit.errors import UserError
+from asrkit.training.config import TrainConfig
+from asrkit.training.data import Batch, BucketBatches, Utterance
+from asrkit.training.trainer import TrainHooks, TrainState
+
+log = logging.getLogger(__name__)
+
+
+def _flat(params: list[nn.Parameter]) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in params]).cpu()
+
+
+class PairwiseAverager:
+    """The communication thread of one learner among ``members`` (global ranks).
+
+    Args:
+        params: the learner's parameters (only the compute thread changes them).
+        members: the ranks that average with each other, in pairing order.
+        rank: this learner's global rank (in ``members``).
+        group: a gloo process group over ``members`` used by this thread alone.
+        pattern: ``fixed`` or ``random``.
+        seed: shared seed of the random pattern.
+        period: local steps per averaging round (pacing).
+        check_every: rounds between progress/stop all-reduces.
+    """
+
+    def __init__(self, params: list[nn.Parameter], *, members: list[int], rank: int,
+                 group: dist.ProcessGroup, pattern: str, seed: int, period: int,
+                 check_every: int) -> None:
+        self.params, self.members, self.rank, self.group = params, members, rank, group
+        self.index = members.index(rank)
+        self.pattern, self.seed, self.period, self.check_every = pattern, seed, period, check_every
+        self.snapshot = _flat(params)
+        self.pending = torch.zeros_like(self.snapshot)
+        self.cond = threading.Condition()
+        self.local_steps = 0
+        self.local_samples = 0
+        self.done = False
+        self.global_samples = 0.0
+        self._samples_at_check = 0
+        self.rounds = 0
+        self.wait_s = 0.0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"adpsgd-comm-{rank}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- compute-thread side -------------------------------------------------------------
+
+    def publish(self, samples: int) -> None:
+        """After a local step: apply the pending delta, publish a new snapshot."""
+        self._raise_if_failed()
+        with self.cond:
+            if self.pending.any():
+                self._apply(self.pending)
+                self.pending.zero_()
+            self.snapshot = _flat(self.params)
+            self.local_steps += 1
+            self.local_samples += samples
+            self.cond.notify_all()
+
+    def progress_samples(self) -> float:
+        """Samples processed by all learners: the last all-reduced total plus this learner's
+        own samples since then, scaled by the number of learners."""
+        with self.cond:
+            return self.global_samples + (self.local_samples - self._samples_at_check) * len(self.members)
+
+    def finish(self, timeout_s: float) -> None:
+        """Stop computing; keep averaging until every learner is done; apply what is pending."""
+        with self.cond:
+            self.done = True
+            self.cond.notify_all()
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise UserError(f"learner {self.rank}: the ADPSGD communication thread did not stop "
+                            f"within {timeout_s:.0f} s; another learner is stuck or dead")
+        self._raise_if_failed()
+        with self.cond:
+            self._apply(self.pending)
+            self.pending.zero_()
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise UserError(f"learner {self.rank}: ADPSGD averaging failed "
+                            f"({type(self.error).__name__}: {str(self.error).splitlines()[0][:200]}); "
+                            "another learner died or timed out — see its log") from None
+
+    @torch.no_grad()
+    def _apply(self, delta: torch.Tensor) -> None:
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            p.add_(delta[offset:offset + n].view_as(p).to(p.device))
+            offset += n
+
+    # -- communication thread ------------------------------------------------------------
+
+    def _partner(self, round_index: int) -> int:
+        for a, b in pairing(self.pattern, len(self.members), round_index, self.seed):
+            if self.index in (a, b):
+                return self.members[b if self.index == a else a]
+        raise AssertionError(f"rank {self.rank} unpaired in round {round_index}")
+
+    def _run(self) -> None:
+        try:
+            k = 0
+            while True:
+                if k % self.check_every == 0 and self._all_done():
+                    return
+                with self.cond:
+                    # Pacing: round k waits for this learner's (k+1)*period-th local step.
+                    self.cond.wait_for(lambda k=k: self.done or
+                                       self.local_steps >= (k + 1) * self.period)
+                    # The learner's weights are its snapshot plus what is still pending
+                    # (not yet applied by the compute loop, e.g. after it has finished).
+                    mine = self.snapshot + self.pending
+                theirs = self._exchange(mine, self._partner(k))
+                with self.cond:
+                    self.pending += 0.5 * (theirs - mine)
+                self.rounds += 1
+                k += 1
+        except BaseException as err:  # reported to the compute thread at its next step
+            self.error = err
+
+    def _exchange(self, mine: torch.Tensor, partner: int) -> torch.Tensor:
+        theirs = torch.empty_like(mine)
+        began = time.monotonic()
+        request = dist.isend(mine, dst=partner, group=self.group)
+        dist.recv(theirs, src=partner, group=self.group)
+        request.wait()
+        self.wait_s += time.monotonic() - began
+        return theirs
+
+    def _all_done(self) -> bool:
+        with self.cond:
+            status = torch.tensor([float(self.local_samples), float(self.done)], dtype=torch.float64)
+            local = self.local_samples
+        began = time.monotonic()
+        dist.all_reduce(status, group=self.group)
+        self.wait_s += time.monotonic() - began
+        with self.cond:
+            self.global_samples, self._samples_at_check = float(status[0]), local
+        return int(status[1]) == len(self.members)
+
+
+class ProgressBatches(BucketBatches):
+    """A learner's own shard, cycled; global epoch ``e`` ends once all learners together
+    have processed ``(e + 1) x`` the training set (so a fast learner takes more steps)."""
+
+    def __init__(self, utts: list[Utterance], *, total: int, averager_ref: AdpsgdHooks,
+                 **kwargs) -> None:
+        super().__init__(utts, **kwargs)
+        self.total, self.hooks = total, averager_ref
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        goal = (epoch + 1) * self.total
+        rng = random.Random(self.seed * 100_003 + epoch)
+        while True:
+            order = list(range(len(self.buckets)))
+            if self.shuffle:
+                rng.shuffle(order)
+            for b in order:
+                if self.hooks.global_samples() >= goal:
+                    return
+                yield self._collate(self.buckets[b])
+
+
+class AdpsgdHooks(TrainHooks):
+    """ADPSGD among all learners (or among ``members``, e.g. HYBRID's group leaders)."""
+
+    def __init__(self, cfg: StrategyConfig, ctx: DistContext, *, seed: int) -> None:
+        self.cfg, self.ctx, self.seed = cfg, ctx, seed
+        self.rank, self.world_size = ctx.rank, ctx.world_size
+        self.averager: PairwiseAverager | None = None
+        self.total = 0
+        # Created by every rank in the same order, before any thread starts.
+        self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=cfg.timeout_s))
+
+    def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
+        self.total = len(utts)
+        shard = utts[self.rank::self.world_size]
+        return ProgressBatches(shard, total=len(utts), averager_ref=self,
+                               max_frames=max(1, cfg.max_frames // self.world_size),
+                               max_batch=max(1, cfg.max_batch // self.world_size), seed=seed + self.rank)
+
+    def global_samples(self) -> float:
+        return self.averager.progress_samples() if self.averager is not None else 0.0
+
+    def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:
+        return self.global_samples() / max(1, self.total) * steps_per_epoch
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        params = [p for p in model.parameters()]
+        # Replicas start identical, as in SYNC: rank 0's initial weights.
+        with torch.no_grad():
+            for p in params:
+                dist.broadcast(p.data, src=0, group=self.group)
+        self.averager = PairwiseAverager(
+            params, members=list(range(self.world_size)), rank=self.rank, group=self.group,
+            pattern=self.cfg.pattern, seed=self.seed, period=self.cfg.averaging_period,
+            check_every=self.cfg.check_every)
+        self.averager.start()
+        return model
+
+    def after_step(self, model: nn.Module, state: TrainState) -> None:
+        assert self.averager is not None
+        self.averager.publish(state.samples - self.averager.local_samples)
+
+    def finish(self, model: nn.Module, state: TrainState) -> None:
+        assert self.averager is not None
+        self.averager.finish(self.cfg.timeout_s)
+        if self.cfg.final_consensus:
+            consensus_average(list(model.parameters()), self.group, self.world_size)
+
+
+@torch.no_grad()
+def consensus_average(params: list[nn.Parameter], group: dist.ProcessGroup, size: int) -> None:
+    """Replace every replica by the mean of all replicas (one all-reduce)."""
+    flat = _flat(params)
+    dist.all_reduce(flat, group=group)
+    flat /= size
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.copy_(flat[offset:offset + n].view_as(p))
+        offset += n
