@@ -58,6 +58,7 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(1)
     ctx = context_from_env(torch.device("cpu"))
     perturb = float(settings.pop("perturb", "0"))
+    metrics = settings.pop("metrics", "0") == "1"
     typed = {k: (v == "true") if isinstance(getattr(StrategyConfig, k), bool)
              else type(getattr(StrategyConfig, k))(v) for k, v in settings.items()}
     strategy = StrategyConfig(name=name, learners=ctx.world_size, timeout_s=60, **typed)
@@ -80,6 +81,8 @@ def main(argv: list[str]) -> int:
 
         trainer.hooks.wrap_model = wrap_and_perturb
     trainer.fit()
+    if metrics:
+        trainer.hooks.write_metrics(out / "exp")
     torch.save(trainer.model.state_dict(), out / f"rank{ctx.rank}.pt")
     torch.distributed.destroy_process_group()
     return 0

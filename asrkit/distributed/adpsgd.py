@@ -28,25 +28,22 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from asrkit.distributed.base import StrategyHooks, add_flat_, broadcast_params, consensus_average, flatten
 from asrkit.distributed.config import StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.distributed.topology import pairing
 from asrkit.errors import UserError
 from asrkit.training.config import TrainConfig
 from asrkit.training.data import Batch, BucketBatches, Utterance
-from asrkit.training.trainer import TrainHooks, TrainState
+from asrkit.training.trainer import TrainState
 
 log = logging.getLogger(__name__)
-
-
-def _flat(params: list[nn.Parameter]) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in params]).cpu()
 
 
 class PairwiseAverager:
@@ -69,7 +66,7 @@ class PairwiseAverager:
         self.params, self.members, self.rank, self.group = params, members, rank, group
         self.index = members.index(rank)
         self.pattern, self.seed, self.period, self.check_every = pattern, seed, period, check_every
-        self.snapshot = _flat(params)
+        self.snapshot = flatten(params)
         self.pending = torch.zeros_like(self.snapshot)
         self.cond = threading.Condition()
         self.local_steps = 0
@@ -89,12 +86,21 @@ class PairwiseAverager:
 
     def publish(self, samples: int) -> None:
         """After a local step: apply the pending delta, publish a new snapshot."""
+        add_flat_(self.params, self.take_pending())
+        self.publish_snapshot(samples)
+
+    def take_pending(self) -> torch.Tensor:
+        """The averaging delta accumulated since the last call (the caller applies it)."""
         self._raise_if_failed()
         with self.cond:
-            if self.pending.any():
-                self._apply(self.pending)
-                self.pending.zero_()
-            self.snapshot = _flat(self.params)
+            delta = self.pending.clone()
+            self.pending.zero_()
+        return delta
+
+    def publish_snapshot(self, samples: int) -> None:
+        """The compute loop's weights after a step (and its delta): the next round's ``x_i``."""
+        with self.cond:
+            self.snapshot = flatten(self.params)
             self.local_steps += 1
             self.local_samples += samples
             self.cond.notify_all()
@@ -115,23 +121,12 @@ class PairwiseAverager:
             raise UserError(f"learner {self.rank}: the ADPSGD communication thread did not stop "
                             f"within {timeout_s:.0f} s; another learner is stuck or dead")
         self._raise_if_failed()
-        with self.cond:
-            self._apply(self.pending)
-            self.pending.zero_()
 
     def _raise_if_failed(self) -> None:
         if self.error is not None:
             raise UserError(f"learner {self.rank}: ADPSGD averaging failed "
                             f"({type(self.error).__name__}: {str(self.error).splitlines()[0][:200]}); "
                             "another learner died or timed out — see its log") from None
-
-    @torch.no_grad()
-    def _apply(self, delta: torch.Tensor) -> None:
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            p.add_(delta[offset:offset + n].view_as(p).to(p.device))
-            offset += n
 
     # -- communication thread ------------------------------------------------------------
 
@@ -187,10 +182,10 @@ class ProgressBatches(BucketBatches):
     """A learner's own shard, cycled; global epoch ``e`` ends once all learners together
     have processed ``(e + 1) x`` the training set (so a fast learner takes more steps)."""
 
-    def __init__(self, utts: list[Utterance], *, total: int, averager_ref: AdpsgdHooks,
+    def __init__(self, utts: list[Utterance], *, total: int, progress: Callable[[], float],
                  **kwargs) -> None:
         super().__init__(utts, **kwargs)
-        self.total, self.hooks = total, averager_ref
+        self.total, self.progress = total, progress
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
         goal = (epoch + 1) * self.total
@@ -200,26 +195,26 @@ class ProgressBatches(BucketBatches):
             if self.shuffle:
                 rng.shuffle(order)
             for b in order:
-                if self.hooks.global_samples() >= goal:
+                if self.progress() >= goal:
                     return
                 yield self._collate(self.buckets[b])
 
 
-class AdpsgdHooks(TrainHooks):
-    """ADPSGD among all learners (or among ``members``, e.g. HYBRID's group leaders)."""
+class AdpsgdHooks(StrategyHooks):
+    """ADPSGD among all learners."""
 
     def __init__(self, cfg: StrategyConfig, ctx: DistContext, *, seed: int) -> None:
-        self.cfg, self.ctx, self.seed = cfg, ctx, seed
-        self.rank, self.world_size = ctx.rank, ctx.world_size
+        super().__init__(cfg, ctx, seed=seed)
         self.averager: PairwiseAverager | None = None
         self.total = 0
-        # Created by every rank in the same order, before any thread starts.
+        # The communication thread's own group, created by every rank before any thread starts.
         self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=cfg.timeout_s))
 
     def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
+        # Local batches are 1/n of the global batch, so optim.lr keeps SYNC's meaning.
         self.total = len(utts)
-        shard = utts[self.rank::self.world_size]
-        return ProgressBatches(shard, total=len(utts), averager_ref=self,
+        return ProgressBatches(utts[self.rank::self.world_size], total=len(utts),
+                               progress=self.global_samples,
                                max_frames=max(1, cfg.max_frames // self.world_size),
                                max_batch=max(1, cfg.max_batch // self.world_size), seed=seed + self.rank)
 
@@ -229,12 +224,15 @@ class AdpsgdHooks(TrainHooks):
     def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:
         return self.global_samples() / max(1, self.total) * steps_per_epoch
 
+    def comm_wait_s(self) -> float | None:
+        return self.averager.wait_s if self.averager is not None else 0.0
+
+    def averagings(self) -> int:
+        return self.averager.rounds if self.averager is not None else 0
+
     def wrap_model(self, model: nn.Module) -> nn.Module:
-        params = [p for p in model.parameters()]
-        # Replicas start identical, as in SYNC: rank 0's initial weights.
-        with torch.no_grad():
-            for p in params:
-                dist.broadcast(p.data, src=0, group=self.group)
+        params = list(model.parameters())
+        broadcast_params(params, self.world_group)  # replicas start identical, as in SYNC
         self.averager = PairwiseAverager(
             params, members=list(range(self.world_size)), rank=self.rank, group=self.group,
             pattern=self.cfg.pattern, seed=self.seed, period=self.cfg.averaging_period,
@@ -243,24 +241,14 @@ class AdpsgdHooks(TrainHooks):
         return model
 
     def after_step(self, model: nn.Module, state: TrainState) -> None:
+        super().after_step(model, state)
         assert self.averager is not None
         self.averager.publish(state.samples - self.averager.local_samples)
 
     def finish(self, model: nn.Module, state: TrainState) -> None:
         assert self.averager is not None
         self.averager.finish(self.cfg.timeout_s)
+        add_flat_(list(model.parameters()), self.averager.take_pending())
+        super().finish(model, state)  # metrics, consensus distance before the final average
         if self.cfg.final_consensus:
-            consensus_average(list(model.parameters()), self.group, self.world_size)
-
-
-@torch.no_grad()
-def consensus_average(params: list[nn.Parameter], group: dist.ProcessGroup, size: int) -> None:
-    """Replace every replica by the mean of all replicas (one all-reduce)."""
-    flat = _flat(params)
-    dist.all_reduce(flat, group=group)
-    flat /= size
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.copy_(flat[offset:offset + n].view_as(p))
-        offset += n
+            consensus_average(list(model.parameters()), self.world_group, self.world_size)

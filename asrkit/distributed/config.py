@@ -2,11 +2,39 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from asrkit.errors import ConfigError
 
-STRATEGY_NAMES = ("single", "sync", "adpsgd")
+STRATEGY_NAMES = ("single", "sync", "adpsgd", "delay_by_one", "hybrid")
+
+
+@dataclass
+class StragglerConfig:
+    """``strategy.straggler``: simulated slow learners (see :class:`asrkit.distributed.base.Straggler`).
+
+    Attributes:
+        mode: ``none``, ``one`` (learner ``rank`` is ``factor`` x slower), ``random`` (a
+            random learner is ``factor`` x slower each step) or ``delay`` (random delays).
+        rank: the slow learner for ``one`` (-1 = the last).
+        factor: how much longer a slow step takes.
+        max_delay_ms: ``delay``: the longest random pause per step.
+        seed: seeds ``random`` and ``delay``.
+    """
+
+    mode: str = "none"
+    rank: int = -1
+    factor: float = 2.0
+    max_delay_ms: float = 50.0
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.mode not in ("none", "one", "random", "delay"):
+            raise ConfigError(f"strategy.straggler.mode={self.mode!r}; choose none, one, random "
+                              "or delay")
+        if self.factor < 1.0 or self.max_delay_ms < 0:
+            raise ConfigError(f"strategy.straggler.factor={self.factor} must be >= 1 and "
+                              f"max_delay_ms={self.max_delay_ms} >= 0")
 
 
 @dataclass
@@ -14,8 +42,10 @@ class StrategyConfig:
     """The ``strategy`` group.
 
     Attributes:
-        name: ``single`` (one process), ``sync`` (synchronous SGD, DDP) or ``adpsgd``
-            (asynchronous decentralized pairwise averaging).
+        name: ``single`` (one process), ``sync`` (synchronous SGD, DDP), ``adpsgd``
+            (asynchronous decentralized pairwise averaging), ``delay_by_one`` (lock-step
+            pairwise averaging overlapped with the next step) or ``hybrid`` (DDP inside
+            groups of ``group_size``, ADPSGD among the groups' leaders).
         learners: learner processes per node (``torchrun --nproc-per-node``).
         nnodes / node_rank / master_addr / master_port: multi-node rendezvous (one
             ``torchrun`` per node; every node gives the same address and port).
@@ -26,7 +56,10 @@ class StrategyConfig:
         pattern: ADPSGD partner pattern, ``fixed`` (ring) or ``random`` (seeded matching).
         averaging_period: ADPSGD pacing, local steps per averaging round.
         check_every: ADPSGD rounds between progress/stop all-reduces.
-        final_consensus: average all replicas into one model at the end (ADPSGD).
+        final_consensus: average all replicas into one model at the end.
+        staleness: delay-by-one: steps between starting an exchange and merging it (0 or 1).
+        group_size: HYBRID: learners per all-reduce group (divides the learner count).
+        straggler: simulated slow learners.
     """
 
     name: str = "single"
@@ -42,6 +75,9 @@ class StrategyConfig:
     averaging_period: int = 1
     check_every: int = 4
     final_consensus: bool = True
+    staleness: int = 1
+    group_size: int = 1
+    straggler: StragglerConfig = field(default_factory=StragglerConfig)
 
     @property
     def world_size(self) -> int:
@@ -64,8 +100,17 @@ class StrategyConfig:
         if self.averaging_period < 1 or self.check_every < 1:
             raise ConfigError(f"strategy.averaging_period={self.averaging_period} and "
                               f"strategy.check_every={self.check_every} must be >= 1")
-        if self.name == "adpsgd" and self.world_size > 1 and self.world_size % 2:
-            raise ConfigError(f"strategy=adpsgd pairs even with odd ranks, so it needs an even "
+        if self.name in ("adpsgd", "delay_by_one") and self.world_size > 1 and self.world_size % 2:
+            raise ConfigError(f"strategy={self.name} pairs even with odd ranks, so it needs an even "
                               f"number of learners, got {self.world_size}")
+        if self.staleness not in (0, 1):
+            raise ConfigError(f"strategy.staleness={self.staleness}; choose 0 or 1")
+        if self.name == "hybrid":
+            groups, left = divmod(self.world_size, max(1, self.group_size))
+            if self.group_size < 1 or left or (groups > 1 and groups % 2):
+                raise ConfigError(
+                    f"strategy.group_size={self.group_size} must divide the {self.world_size} "
+                    "learners into 1 or an even number of groups (leaders pair up as in ADPSGD)")
+        self.straggler.check()
         if self.timeout_s <= 0:
             raise ConfigError(f"strategy.timeout_s={self.timeout_s} must be positive")

@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 from asrkit.distributed.adpsgd import AdpsgdHooks
 from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.delay_by_one import DelayByOneHooks
+from asrkit.distributed.hybrid import HybridHooks
 from asrkit.distributed.launch import DistContext
 from asrkit.distributed.sync import SyncHooks
 from asrkit.errors import ConfigError
@@ -13,8 +15,10 @@ from asrkit.training.trainer import TrainHooks
 
 STRATEGIES: dict[str, Callable[[StrategyConfig, DistContext, int], TrainHooks]] = {
     "single": lambda cfg, ctx, seed: TrainHooks(),
-    "sync": lambda cfg, ctx, seed: SyncHooks(ctx),
+    "sync": lambda cfg, ctx, seed: SyncHooks(cfg, ctx, seed=seed),
     "adpsgd": lambda cfg, ctx, seed: AdpsgdHooks(cfg, ctx, seed=seed),
+    "delay_by_one": lambda cfg, ctx, seed: DelayByOneHooks(cfg, ctx, seed=seed),
+    "hybrid": lambda cfg, ctx, seed: HybridHooks(cfg, ctx, seed=seed),
 }
 
 

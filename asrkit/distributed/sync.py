@@ -14,17 +14,14 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from asrkit.distributed.launch import DistContext
+from asrkit.distributed.base import StrategyHooks
 from asrkit.training.config import TrainConfig
 from asrkit.training.data import BucketBatches, Utterance
-from asrkit.training.trainer import TrainHooks
 
 
-class SyncHooks(TrainHooks):
-    """DDP gradient averaging over all learners."""
-
-    def __init__(self, ctx: DistContext) -> None:
-        self.ctx, self.rank, self.world_size = ctx, ctx.rank, ctx.world_size
+class SyncHooks(StrategyHooks):
+    """DDP gradient averaging over all learners (communication overlaps the backward pass,
+    so its waiting time is not separated: ``comm_wait_s`` is null in the metrics)."""
 
     def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
         return BucketBatches(utts, max_frames=cfg.max_frames, max_batch=cfg.max_batch, seed=seed,

@@ -89,6 +89,7 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
                       meta=meta, hooks=hooks, seed=cfg.seed)
     try:
         state = trainer.fit()
+        hooks.write_metrics(exp_dir)
     finally:
         if dctx.world_size > 1 and dist.is_initialized():
             dist.destroy_process_group()

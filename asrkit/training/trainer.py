@@ -83,6 +83,9 @@ class TrainHooks:
     def after_epoch(self, model: nn.Module, state: TrainState) -> None:
         """An epoch ended, before validation."""
 
+    def write_metrics(self, exp_dir: Path) -> None:
+        """Write the strategy's per-learner summary into the experiment dir (main learner)."""
+
     def finish(self, model: nn.Module, state: TrainState) -> None:
         """The last epoch's steps are done, before its validation and checkpoint (final
         consensus averaging, stopping threads)."""

@@ -1,0 +1,155 @@
+"""What every distributed strategy shares: straggler simulation and per-learner metrics."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from asrkit.data.io import atomic_write
+from asrkit.distributed.config import StragglerConfig, StrategyConfig
+from asrkit.distributed.launch import DistContext
+from asrkit.training.trainer import TrainHooks, TrainState
+
+
+class Straggler:
+    """Slows some steps down, as a slower or busier machine would.
+
+    ``one``: learner ``rank`` (-1 = the last) takes ``factor`` x as long for every step;
+    ``random``: each step one learner, drawn from an RNG seeded by ``(seed, step)`` (the
+    same on every learner), is ``factor`` x slower; ``delay``: every step of every learner
+    waits a random ``[0, max_delay_ms]`` ms.
+    """
+
+    def __init__(self, cfg: StragglerConfig, *, rank: int, world_size: int) -> None:
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        self.slow_rank = cfg.rank if cfg.rank >= 0 else world_size - 1
+        self._began = 0.0
+        self.delayed_s = 0.0
+
+    def start_step(self) -> None:
+        self._began = time.monotonic()
+
+    def end_step(self, step: int) -> None:
+        cfg = self.cfg
+        if cfg.mode == "none" or self.world_size == 1:
+            return
+        took = time.monotonic() - self._began
+        rng = random.Random(cfg.seed * 1_000_003 + step)
+        pause = 0.0
+        if cfg.mode == "one" and self.rank == self.slow_rank:
+            pause = (cfg.factor - 1.0) * took
+        elif cfg.mode == "random" and rng.randrange(self.world_size) == self.rank:
+            pause = (cfg.factor - 1.0) * took
+        elif cfg.mode == "delay":
+            pause = random.Random((cfg.seed * 1_000_003 + step) * 4099 + self.rank).uniform(
+                0.0, cfg.max_delay_ms / 1000.0)
+        if pause > 0:
+            time.sleep(pause)
+            self.delayed_s += pause
+
+
+class StrategyHooks(TrainHooks):
+    """Base of the distributed strategies: rank bookkeeping, a world-wide gloo group for
+    metrics and consensus, straggler simulation and the per-learner metrics summary.
+
+    Subclasses call ``super()`` in ``before_step``/``after_step``/``finish``.
+    """
+
+    def __init__(self, cfg: StrategyConfig, ctx: DistContext, *, seed: int) -> None:
+        self.cfg, self.ctx, self.seed = cfg, ctx, seed
+        self.rank, self.world_size = ctx.rank, ctx.world_size
+        self.straggler = Straggler(cfg.straggler, rank=self.rank, world_size=self.world_size)
+        # Every rank creates every group in the same order (torch requires it).
+        self.world_group = dist.new_group(backend="gloo",
+                                          timeout=datetime.timedelta(seconds=cfg.timeout_s))
+        self._began = time.monotonic()
+        self.final_metrics: dict[str, Any] = {}
+
+    def comm_wait_s(self) -> float | None:
+        """Seconds spent waiting on communication (None where it cannot be separated)."""
+        return None
+
+    def averagings(self) -> int:
+        return 0
+
+    def before_step(self, state: TrainState) -> None:
+        self.straggler.start_step()
+
+    def after_step(self, model: nn.Module, state: TrainState) -> None:
+        self.straggler.end_step(state.step)
+
+    def learner_metrics(self, state: TrainState) -> dict[str, Any]:
+        wall = time.monotonic() - self._began
+        return {"rank": self.rank, "steps": state.step, "samples": state.samples,
+                "seconds": round(wall, 3), "samples_per_s": round(state.samples / max(wall, 1e-9), 3),
+                "comm_wait_s": None if self.comm_wait_s() is None else round(self.comm_wait_s(), 3),
+                "averagings": self.averagings(), "straggler_delay_s": round(self.straggler.delayed_s, 3)}
+
+    @torch.no_grad()
+    def consensus_distance(self, model: nn.Module) -> float:
+        """This learner's ``||x_i - mean||`` (a collective: every learner calls it)."""
+        flat = flatten(list(model.parameters()))
+        mean = flat.clone()
+        dist.all_reduce(mean, group=self.world_group)
+        mean /= self.world_size
+        return float((flat - mean).norm())
+
+    def finish(self, model: nn.Module, state: TrainState) -> None:
+        mine = self.learner_metrics(state)
+        mine["consensus_distance"] = round(self.consensus_distance(model), 6)
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, mine, group=self.world_group)
+        total_s = max(m["seconds"] for m in gathered)
+        self.final_metrics = {
+            "strategy": self.cfg.name, "learners": self.world_size,
+            "aggregate_samples_per_s": round(sum(m["samples"] for m in gathered) / total_s, 3),
+            "mean_consensus_distance": sum(m["consensus_distance"] for m in gathered) / self.world_size,
+            "learners_detail": gathered,
+        }
+
+    def write_metrics(self, exp_dir: Path) -> None:
+        if self.is_main and self.final_metrics:
+            atomic_write(Path(exp_dir) / "learners.json", json.dumps(self.final_metrics, indent=2) + "\n")
+
+
+def flatten(params: list[nn.Parameter]) -> torch.Tensor:
+    """All parameters as one CPU vector (a copy)."""
+    return torch.cat([p.detach().reshape(-1) for p in params]).cpu()
+
+
+@torch.no_grad()
+def add_flat_(params: list[nn.Parameter], delta: torch.Tensor, *, scale: float = 1.0) -> None:
+    """``params += scale * delta`` for a flat ``delta`` laid out as :func:`flatten`."""
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.add_(delta[offset:offset + n].view_as(p).to(p.device), alpha=scale)
+        offset += n
+
+
+@torch.no_grad()
+def consensus_average(params: list[nn.Parameter], group: dist.ProcessGroup, size: int) -> None:
+    """Replace every replica by the mean of all replicas (one all-reduce)."""
+    flat = flatten(params)
+    dist.all_reduce(flat, group=group)
+    flat /= size
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.copy_(flat[offset:offset + n].view_as(p))
+        offset += n
+
+
+@torch.no_grad()
+def broadcast_params(params: list[nn.Parameter], group: dist.ProcessGroup, src: int = 0) -> None:
+    """Make every replica start from ``src``'s weights."""
+    for p in params:
+        dist.broadcast(p.data, src=src, group=group)

@@ -1,0 +1,102 @@
+"""delay-by-one: lock-step decentralized averaging overlapped with computation.
+
+Every learner takes the same number of steps (each global batch is split across
+learners as in SYNC). At the start of step ``k`` a learner snapshots ``x_i^k`` and
+starts a non-blocking exchange with its partner of round ``k`` (``fixed`` ring or
+``random`` matching) on a gloo group; the exchange runs while the step computes. At
+the end of step ``k`` the exchange started ``staleness`` steps earlier is completed
+and merged:
+
+    x_i^{k+1} = x_i^k - lr * g_i(x_i^k) + (x_j^{k-s} - x_i^{k-s}) / 2,   s = staleness
+
+``staleness=0`` is overlapped D-PSGD (the exchange hides behind one step's
+computation), ``staleness=1`` is delay-by-one (it may take a whole further step).
+A slow learner holds up its partners every step: there is little straggler tolerance.
+
+With ``staleness=1`` averaging on its own (learning rate 0) only keeps the learners'
+spread bounded — for a fixed pair the difference obeys ``d(k+1) = d(k) - d(k-1)``,
+whose roots lie on the unit circle — so replicas agree through the shared gradient
+signal and the final consensus average, not through the averaging alone. The mean is
+preserved exactly in both cases.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections import deque
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from asrkit.distributed.base import StrategyHooks, add_flat_, broadcast_params, consensus_average, flatten
+from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.launch import DistContext
+from asrkit.distributed.topology import pairing
+from asrkit.training.config import TrainConfig
+from asrkit.training.data import BucketBatches, Utterance
+from asrkit.training.trainer import TrainState
+
+
+class DelayByOneHooks(StrategyHooks):
+    """Pairwise averaging each step, merged ``staleness`` steps late."""
+
+    def __init__(self, cfg: StrategyConfig, ctx: DistContext, *, seed: int) -> None:
+        super().__init__(cfg, ctx, seed=seed)
+        self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=cfg.timeout_s))
+        self.params: list[nn.Parameter] = []
+        self.inflight: deque[tuple[torch.Tensor, torch.Tensor, list]] = deque()
+        self.rounds = 0
+        self.wait_s = 0.0
+
+    def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
+        return BucketBatches(utts, max_frames=cfg.max_frames, max_batch=cfg.max_batch, seed=seed,
+                             rank=self.rank, world=self.world_size)
+
+    def comm_wait_s(self) -> float | None:
+        return self.wait_s
+
+    def averagings(self) -> int:
+        return self.rounds
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        self.params = list(model.parameters())
+        broadcast_params(self.params, self.world_group)
+        return model
+
+    def _partner(self, step: int) -> int:
+        for a, b in pairing(self.cfg.pattern, self.world_size, step, self.seed):
+            if self.rank in (a, b):
+                return b if self.rank == a else a
+        raise AssertionError(f"rank {self.rank} unpaired in round {step}")
+
+    def before_step(self, state: TrainState) -> None:
+        super().before_step(state)
+        mine = flatten(self.params)
+        theirs = torch.empty_like(mine)
+        partner = self._partner(state.step)
+        requests = [dist.isend(mine, dst=partner, group=self.group),
+                    dist.irecv(theirs, src=partner, group=self.group)]
+        self.inflight.append((mine, theirs, requests))
+
+    def _merge_oldest(self) -> None:
+        mine, theirs, requests = self.inflight.popleft()
+        began = time.monotonic()
+        for request in requests:
+            request.wait()
+        self.wait_s += time.monotonic() - began
+        add_flat_(self.params, theirs - mine, scale=0.5)
+        self.rounds += 1
+
+    def after_step(self, model: nn.Module, state: TrainState) -> None:
+        super().after_step(model, state)
+        while len(self.inflight) > self.cfg.staleness:
+            self._merge_oldest()
+
+    def finish(self, model: nn.Module, state: TrainState) -> None:
+        while self.inflight:
+            self._merge_oldest()
+        super().finish(model, state)
+        if self.cfg.final_consensus:
+            consensus_average(self.params, self.world_group, self.world_size)

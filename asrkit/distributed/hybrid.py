@@ -1,0 +1,121 @@
+"""HYBRID (hierarchical ADPSGD, "super learners").
+
+Learners form groups of ``group_size`` consecutive ranks. Inside a group gradients
+are all-reduced every step (DDP on the group's process group), so group members stay
+identical. One leader per group (its first rank) runs ADPSGD's communication thread
+against the other groups' leaders on a gloo group of leaders, and hands each step's
+averaging delta to its group by a broadcast, together with the global progress, so
+that members apply the same delta and end their epochs on the same step.
+
+``group_size == learners`` is SYNC (one group, nothing to average); ``group_size == 1``
+is ADPSGD (every learner its own group).
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from asrkit.distributed.adpsgd import PairwiseAverager, ProgressBatches
+from asrkit.distributed.base import StrategyHooks, add_flat_, broadcast_params, consensus_average
+from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.launch import DistContext
+from asrkit.training.config import TrainConfig
+from asrkit.training.data import BucketBatches, Utterance
+from asrkit.training.trainer import TrainState
+
+
+class HybridHooks(StrategyHooks):
+    """In-group DDP + ADPSGD among group leaders."""
+
+    def __init__(self, cfg: StrategyConfig, ctx: DistContext, *, seed: int) -> None:
+        super().__init__(cfg, ctx, seed=seed)
+        size = cfg.group_size
+        self.groups = self.world_size // size
+        self.group_index, self.index_in_group = divmod(self.rank, size)
+        self.leader = self.group_index * size
+        self.is_leader = self.rank == self.leader
+        timeout = datetime.timedelta(seconds=cfg.timeout_s)
+        # Every rank must create every group, in the same order.
+        self.intra = None
+        for g in range(self.groups):
+            group = dist.new_group(list(range(g * size, (g + 1) * size)), timeout=timeout)
+            if g == self.group_index:
+                self.intra = group
+        self.leaders = dist.new_group([g * size for g in range(self.groups)], backend="gloo",
+                                      timeout=timeout)
+        self.averager: PairwiseAverager | None = None
+        self.params: list[nn.Parameter] = []
+        self.progress = 0.0
+        self.total = 0
+        self._last_samples = 0
+
+    def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
+        # The group's shard, batched like SYNC inside the group (1/groups of the global batch).
+        self.total = len(utts)
+        return ProgressBatches(utts[self.group_index::self.groups], total=len(utts),
+                               progress=lambda: self.progress,
+                               max_frames=max(1, cfg.max_frames // self.groups),
+                               max_batch=max(1, cfg.max_batch // self.groups),
+                               seed=seed + self.group_index, rank=self.index_in_group,
+                               world=self.cfg.group_size)
+
+    def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:
+        return self.progress / max(1, self.total) * steps_per_epoch
+
+    def comm_wait_s(self) -> float | None:
+        return self.averager.wait_s if self.averager is not None else None
+
+    def averagings(self) -> int:
+        return self.averager.rounds if self.averager is not None else 0
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        self.params = list(model.parameters())
+        broadcast_params(self.params, self.world_group)
+        if self.is_leader and self.groups > 1:
+            self.averager = PairwiseAverager(
+                self.params, members=[g * self.cfg.group_size for g in range(self.groups)],
+                rank=self.rank, group=self.leaders, pattern=self.cfg.pattern, seed=self.seed,
+                period=self.cfg.averaging_period, check_every=self.cfg.check_every)
+            self.averager.start()
+        if self.cfg.group_size == 1:
+            return model
+        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids, process_group=self.intra,
+                                       broadcast_buffers=False)
+
+    def _share_with_group(self, delta: torch.Tensor, progress: float) -> None:
+        """Leader -> group: the averaging delta and the global progress; all apply the delta."""
+        message = torch.cat([delta, torch.tensor([progress], dtype=delta.dtype)])
+        if self.cfg.group_size > 1:
+            dist.broadcast(message, src=self.leader, group=self.intra)
+        add_flat_(self.params, message[:-1])
+        self.progress = float(message[-1])
+
+    def after_step(self, model: nn.Module, state: TrainState) -> None:
+        super().after_step(model, state)
+        step_samples = state.samples - self._last_samples
+        self._last_samples = state.samples
+        if self.averager is not None:
+            delta, progress = self.averager.take_pending(), self.averager.progress_samples()
+        else:  # a single group: every learner took the same step, progress is exact
+            delta = torch.zeros(sum(p.numel() for p in self.params))
+            progress = float(state.samples * self.world_size)
+        self._share_with_group(delta, progress)
+        if self.averager is not None:
+            # The step covered the whole group's batch: about group_size x this learner's slice.
+            self.averager.publish_snapshot(step_samples * self.cfg.group_size)
+
+    def finish(self, model: nn.Module, state: TrainState) -> None:
+        delta = torch.zeros(sum(p.numel() for p in self.params))
+        if self.averager is not None:
+            self.averager.finish(self.cfg.timeout_s)
+            delta = self.averager.take_pending()
+        self._share_with_group(delta, self.progress)
+        super().finish(model, state)
+        if self.cfg.final_consensus:
+            consensus_average(self.params, self.world_group, self.world_size)
