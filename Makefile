@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SHELL  := /bin/bash
 
-.PHONY: install sysdeps demo test test-integration test-all bench lint clean
+.PHONY: install sysdeps demo test test-multiproc test-integration test-all bench lint clean
 
 install: $(STAMP)
 
@@ -32,6 +32,9 @@ demo: install sysdeps
 
 test: install sysdeps
 	$(PY) -m pytest
+
+test-multiproc: install sysdeps
+	$(PY) -m pytest -m multiproc
 
 test-integration: install sysdeps
 	$(PY) -m pytest -m integration
