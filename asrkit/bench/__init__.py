@@ -7,8 +7,9 @@ Public API: :data:`BENCHMARKS` (name -> function returning a result dict).
 """
 
 from asrkit.bench.features import bench_features
+from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
 
-BENCHMARKS = {"features": bench_features, "trainer": bench_trainer}
+BENCHMARKS = {"features": bench_features, "trainer": bench_trainer, "strategies": bench_strategies}
 
-__all__ = ["BENCHMARKS", "bench_features", "bench_trainer"]
+__all__ = ["BENCHMARKS", "bench_features", "bench_strategies", "bench_trainer"]

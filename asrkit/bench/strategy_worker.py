@@ -1,0 +1,58 @@
+"""One learner of :mod:`asrkit.bench.strategies` (started by torchrun).
+
+``python -m asrkit.bench.strategy_worker DATA_DIR TOKENIZER_DIR OUT STRATEGY STRAGGLER N``
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from asrkit.distributed.config import StragglerConfig, StrategyConfig
+from asrkit.distributed.launch import context_from_env, init_process_group
+from asrkit.distributed.strategies import build_hooks
+from asrkit.features.cmvn import read_cmvn
+from asrkit.models import ModelConfig, build_model
+from asrkit.targets import Tokenizer
+from asrkit.training import (
+    CmvnNormalizer,
+    OptimConfig,
+    ScheduleConfig,
+    SpecAugConfig,
+    TrainConfig,
+    Trainer,
+    load_utterances,
+)
+
+
+def main(argv: list[str]) -> int:
+    data_dir, tok_dir, out = Path(argv[0]), Path(argv[1]), Path(argv[2])
+    strategy_name, straggler, count = argv[3], argv[4], int(argv[5])
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    ctx = context_from_env(torch.device("cpu"))
+    strategy = StrategyConfig(name=strategy_name, learners=ctx.world_size, timeout_s=300,
+                              straggler=StragglerConfig(mode=straggler, factor=2.0))
+    init_process_group(ctx, timeout_s=strategy.timeout_s)
+    tokenizer = Tokenizer(tok_dir)
+    normalize = CmvnNormalizer("global", global_stats=read_cmvn(data_dir / "cmvn_global.ark"))
+    utts = load_utterances(data_dir, normalize, tokenizer=tokenizer)[:count]
+    model = build_model(ModelConfig(size="demo"), input_dim=utts[0].feats.shape[1],
+                        num_tokens=tokenizer.num_tokens)
+    hooks = build_hooks(strategy, ctx, seed=0)
+    trainer = Trainer(model, utts, utts[:2], tokenizer=tokenizer, exp_dir=out,
+                      cfg=TrainConfig(epochs=1, max_frames=12000, max_batch=16, progress=False,
+                                      device="cpu"),
+                      optim=OptimConfig(lr=1e-3), schedule=ScheduleConfig(warmup_steps=0),
+                      specaug=SpecAugConfig(enabled=False), meta={"model": model.args},
+                      hooks=hooks, seed=0)
+    trainer.fit()
+    hooks.write_metrics(out)
+    torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
