@@ -116,8 +116,20 @@ class StrategyHooks(TrainHooks):
         }
 
     def write_metrics(self, exp_dir: Path) -> None:
-        if self.is_main and self.final_metrics:
-            atomic_write(Path(exp_dir) / "learners.json", json.dumps(self.final_metrics, indent=2) + "\n")
+        """``learners.json`` and per-learner TensorBoard scalars (``learner<r>/...``)."""
+        if not (self.is_main and self.final_metrics):
+            return
+        atomic_write(Path(exp_dir) / "learners.json", json.dumps(self.final_metrics, indent=2) + "\n")
+        from torch.utils.tensorboard import SummaryWriter
+
+        with SummaryWriter(str(Path(exp_dir) / "tensorboard")) as writer:
+            for m in self.final_metrics["learners_detail"]:
+                for key in ("samples_per_s", "steps", "comm_wait_s", "averagings",
+                            "consensus_distance", "straggler_delay_s"):
+                    if m[key] is not None:
+                        writer.add_scalar(f"learner{m['rank']}/{key}", m[key], m["steps"])
+            writer.add_scalar("strategy/aggregate_samples_per_s",
+                              self.final_metrics["aggregate_samples_per_s"], 0)
 
 
 def flatten(params: list[nn.Parameter]) -> torch.Tensor:

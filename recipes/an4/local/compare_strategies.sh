@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Train and decode AN4 once per distributed strategy with the same epochs and 2 learners,
+# then print one line per strategy: name, test WER line, training wall time.
+# Usage (from recipes/an4, after the demo has run stages 0-3): local/compare_strategies.sh [overrides...]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+runs=(
+  "sync|strategy=sync"
+  "adpsgd-fixed|strategy=adpsgd strategy.pattern=fixed"
+  "adpsgd-random|strategy=adpsgd strategy.pattern=random"
+  "delay-by-one|strategy=delay_by_one strategy.staleness=1"
+  "hybrid|strategy=hybrid strategy.group_size=1"
+)
+for run in "${runs[@]}"; do
+  name=${run%%|*}
+  read -r -a args <<<"${run#*|}"
+  began=$(date +%s)
+  # The tokenizer of the demo run is shared: copy it rather than retrain it.
+  mkdir -p "exp/an4_2l_$name"
+  cp -r exp/an4_fbank_demo/tokenizer "exp/an4_2l_$name/"
+  ./run.sh --stage 4 --stop-stage 5 name="an4_2l_$name" "${args[@]}" strategy.learners=2 \
+    train.progress=false "$@" > "exp/an4_2l_$name.log" 2>&1
+  took=$(( $(date +%s) - began ))
+  echo "$name: $(grep -h '^%WER' "exp/an4_2l_$name/decode_test/scoring/wer") (${took} s)"
+done
