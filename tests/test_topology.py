@@ -101,7 +101,7 @@ def test_hand_computed_spectral_gap_of_the_four_learner_ring() -> None:
     assert spectral_gap(expected) == pytest.approx(0.5, abs=1e-12)
 
 
-@pytest.mark.parametrize("n", [4, 16, 64, 256, 1024])
+@pytest.mark.parametrize("n", [4, 16, 64, 128, 256, 1024])
 def test_random_gap_is_one_half_at_every_size(n: int) -> None:
     # E[W] = I/2 + B/n, B the even-odd adjacency with eigenvalues n/2, -n/2 and 0, so E[W]
     # has eigenvalues 1, 0 and 1/2 (n - 2 times): the gap is exactly 1/2, independent of n.
@@ -109,12 +109,13 @@ def test_random_gap_is_one_half_at_every_size(n: int) -> None:
 
 
 def test_fixed_ring_gap_shrinks_like_inverse_square_of_n() -> None:
-    gaps = {n: spectral_gap(expected_mixing_matrix("fixed", n)) for n in (16, 64, 256)}
+    gaps = {n: spectral_gap(expected_mixing_matrix("fixed", n)) for n in (16, 64, 128, 256)}
     for n, gap in gaps.items():
         assert gap == pytest.approx(math.sin(math.pi / n) ** 2, rel=1e-9)
     # sin^2(pi/n) ~ pi^2/n^2: four times the learners, a sixteenth of the gap.
     assert 1 / 32 < gaps[64] / gaps[16] < 1 / 8
     assert 1 / 32 < gaps[256] / gaps[64] < 1 / 8
+    assert 1 / 8 < gaps[128] / gaps[64] < 1 / 2
 
 
 def test_hybrid_interpolates_between_random_and_exact_averaging() -> None:
