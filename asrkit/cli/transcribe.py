@@ -8,7 +8,9 @@ import numpy as np
 
 from asrkit.data.audio import load_audio_file
 from asrkit.decoding.recognizer import Recognizer, check_exp_dir
+from asrkit.errors import ConfigError
 from asrkit.training.data import Utterance
+from asrkit.training.trainer import pick_device
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _transcribe(args: argparse.Namespace) -> int:
     check_exp_dir(args.exp_dir, args.model)
+    if args.device != "cpu" and not args.device.split(":")[0] == "cuda":
+        raise ConfigError(f"--device {args.device!r} is not a torch device; use cpu, cuda or cuda:N")
+    if args.device != "cpu":
+        pick_device("cuda")  # a clear error where no GPU is visible
     recognizer = Recognizer(args.exp_dir, model=args.model, device=args.device)
     utts = []
     for i, path in enumerate(args.audio):

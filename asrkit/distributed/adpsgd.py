@@ -34,7 +34,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from asrkit.distributed.base import StrategyHooks, add_flat_, broadcast_params, consensus_average, flatten
+from asrkit.distributed.base import (
+    StrategyHooks,
+    add_flat_,
+    broadcast_params,
+    check_enough,
+    consensus_average,
+    flatten,
+)
 from asrkit.distributed.config import StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.distributed.topology import pairing
@@ -95,6 +102,9 @@ class PairwiseAverager:
         with self.cond:
             delta = self.pending.clone()
             self.pending.zero_()
+            # Until the next snapshot, snapshot + pending must still equal the weights the
+            # caller is about to have, or a round in between would miss this delta.
+            self.snapshot += delta
         return delta
 
     def publish_snapshot(self, samples: int) -> None:
@@ -186,6 +196,7 @@ class ProgressBatches(BucketBatches):
                  **kwargs) -> None:
         super().__init__(utts, **kwargs)
         self.total, self.progress = total, progress
+        self.last_bucket = 0  # utterances in the latest batch across its learners (HYBRID's group)
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
         goal = (epoch + 1) * self.total
@@ -197,6 +208,7 @@ class ProgressBatches(BucketBatches):
             for b in order:
                 if self.progress() >= goal:
                     return
+                self.last_bucket = len(self.buckets[b])
                 yield self._collate(self.buckets[b])
 
 
@@ -212,6 +224,7 @@ class AdpsgdHooks(StrategyHooks):
 
     def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
         # Local batches are 1/n of the global batch, so optim.lr keeps SYNC's meaning.
+        check_enough(utts, self.world_size)
         self.total = len(utts)
         return ProgressBatches(utts[self.rank::self.world_size], total=len(utts),
                                progress=self.global_samples,

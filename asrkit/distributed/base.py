@@ -16,6 +16,7 @@ from torch import nn
 from asrkit.data.io import atomic_write
 from asrkit.distributed.config import StragglerConfig, StrategyConfig
 from asrkit.distributed.launch import DistContext
+from asrkit.errors import DataError
 from asrkit.training.trainer import TrainHooks, TrainState
 
 
@@ -130,6 +131,13 @@ class StrategyHooks(TrainHooks):
                         writer.add_scalar(f"learner{m['rank']}/{key}", m[key], m["steps"])
             writer.add_scalar("strategy/aggregate_samples_per_s",
                               self.final_metrics["aggregate_samples_per_s"], 0)
+
+
+def check_enough(utts: list, parts: int) -> None:
+    """Every learner (or group) needs at least one utterance of its own."""
+    if len(utts) < parts:
+        raise DataError(f"{len(utts)} training utterances cannot be shared among {parts} learners "
+                        "or groups; use fewer learners or more data")
 
 
 def flatten(params: list[nn.Parameter]) -> torch.Tensor:

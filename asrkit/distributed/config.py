@@ -112,5 +112,8 @@ class StrategyConfig:
                     f"strategy.group_size={self.group_size} must divide the {self.world_size} "
                     "learners into 1 or an even number of groups (leaders pair up as in ADPSGD)")
         self.straggler.check()
+        if self.straggler.rank >= self.world_size:
+            raise ConfigError(f"strategy.straggler.rank={self.straggler.rank} but there are only "
+                              f"{self.world_size} learners; use -1 (the last) or a rank below that")
         if self.timeout_s <= 0:
             raise ConfigError(f"strategy.timeout_s={self.timeout_s} must be positive")

@@ -30,7 +30,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from asrkit.distributed.base import StrategyHooks, add_flat_, broadcast_params, consensus_average, flatten
+from asrkit.distributed.base import (
+    StrategyHooks,
+    add_flat_,
+    broadcast_params,
+    check_enough,
+    consensus_average,
+    flatten,
+)
 from asrkit.distributed.config import StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.distributed.topology import pairing
@@ -51,6 +58,7 @@ class DelayByOneHooks(StrategyHooks):
         self.wait_s = 0.0
 
     def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
+        check_enough(utts, self.world_size)
         return BucketBatches(utts, max_frames=cfg.max_frames, max_batch=cfg.max_batch, seed=seed,
                              rank=self.rank, world=self.world_size)
 

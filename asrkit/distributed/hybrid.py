@@ -21,7 +21,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from asrkit.distributed.adpsgd import PairwiseAverager, ProgressBatches
-from asrkit.distributed.base import StrategyHooks, add_flat_, broadcast_params, consensus_average
+from asrkit.distributed.base import (
+    StrategyHooks,
+    add_flat_,
+    broadcast_params,
+    check_enough,
+    consensus_average,
+)
 from asrkit.distributed.config import StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.training.config import TrainConfig
@@ -52,17 +58,20 @@ class HybridHooks(StrategyHooks):
         self.params: list[nn.Parameter] = []
         self.progress = 0.0
         self.total = 0
-        self._last_samples = 0
+        self._group_samples = 0
+        self.batches: ProgressBatches | None = None
 
     def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
         # The group's shard, batched like SYNC inside the group (1/groups of the global batch).
+        check_enough(utts, self.groups)
         self.total = len(utts)
-        return ProgressBatches(utts[self.group_index::self.groups], total=len(utts),
+        self.batches = ProgressBatches(utts[self.group_index::self.groups], total=len(utts),
                                progress=lambda: self.progress,
                                max_frames=max(1, cfg.max_frames // self.groups),
                                max_batch=max(1, cfg.max_batch // self.groups),
                                seed=seed + self.group_index, rank=self.index_in_group,
                                world=self.cfg.group_size)
+        return self.batches
 
     def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:
         return self.progress / max(1, self.total) * steps_per_epoch
@@ -92,23 +101,25 @@ class HybridHooks(StrategyHooks):
         """Leader -> group: the averaging delta and the global progress; all apply the delta."""
         message = torch.cat([delta, torch.tensor([progress], dtype=delta.dtype)])
         if self.cfg.group_size > 1:
-            dist.broadcast(message, src=self.leader, group=self.intra)
+            # The group's backend may be NCCL, which only moves device tensors.
+            on_device = message.to(self.ctx.device)
+            dist.broadcast(on_device, src=self.leader, group=self.intra)
+            message = on_device.cpu()
         add_flat_(self.params, message[:-1])
         self.progress = float(message[-1])
 
     def after_step(self, model: nn.Module, state: TrainState) -> None:
         super().after_step(model, state)
-        step_samples = state.samples - self._last_samples
-        self._last_samples = state.samples
+        group_samples = self.batches.last_bucket  # the whole group's batch, not this slice
+        self._group_samples += group_samples
         if self.averager is not None:
             delta, progress = self.averager.take_pending(), self.averager.progress_samples()
         else:  # a single group: every learner took the same step, progress is exact
             delta = torch.zeros(sum(p.numel() for p in self.params))
-            progress = float(state.samples * self.world_size)
+            progress = float(self._group_samples)
         self._share_with_group(delta, progress)
         if self.averager is not None:
-            # The step covered the whole group's batch: about group_size x this learner's slice.
-            self.averager.publish_snapshot(step_samples * self.cfg.group_size)
+            self.averager.publish_snapshot(group_samples)
 
     def finish(self, model: nn.Module, state: TrainState) -> None:
         delta = torch.zeros(sum(p.numel() for p in self.params))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from asrkit.distributed.base import StrategyHooks
+from asrkit.distributed.base import StrategyHooks, check_enough
 from asrkit.training.config import TrainConfig
 from asrkit.training.data import BucketBatches, Utterance
 
@@ -24,6 +24,7 @@ class SyncHooks(StrategyHooks):
     so its waiting time is not separated: ``comm_wait_s`` is null in the metrics)."""
 
     def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
+        check_enough(utts, self.world_size)
         return BucketBatches(utts, max_frames=cfg.max_frames, max_batch=cfg.max_batch, seed=seed,
                              rank=self.rank, world=self.world_size)
 

@@ -8,9 +8,11 @@ run that launched it.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
+import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from asrkit.config import AsrkitConfig
@@ -37,6 +39,12 @@ def main(argv: list[str]) -> int:
     except UserError as err:
         print(f"asrkit: error: {err}", file=sys.stderr)
         return 2
+    except (dist.DistError, RuntimeError) as err:
+        # Usually the consequence of another learner dying: say so in one line.
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+        print(f"asrkit: error: learner {os.environ.get('RANK', '?')}: communication failed "
+              f"({first}); look for the first learner that failed in the log", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -60,7 +60,9 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
         init_process_group(dctx, timeout_s=cfg.strategy.timeout_s)
     elif cfg.train.num_threads > 0:
         torch.set_num_threads(cfg.train.num_threads)
-    torch.manual_seed(cfg.seed)
+    # Per-learner RNG (dropout) so learners do not draw identical masks; the initial
+    # weights are rank 0's for every strategy (broadcast), so they do not depend on it.
+    torch.manual_seed(cfg.seed + dctx.rank)
     tokenizer = Tokenizer(exp_dir / "tokenizer")
     train_dir, dev_dir = data_root / cfg.data.train_set, data_root / cfg.data.dev_set
     stats = None
@@ -95,10 +97,14 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
             dist.destroy_process_group()
     if not dctx.is_main:
         return
-    best = load_checkpoint(exp_dir / "checkpoints" / "best.pt")
+    # Replicas of the averaging strategies differ until the final consensus average, so
+    # their model is the last epoch's (the consensus); otherwise the best dev epoch's.
+    averaged = dctx.world_size > 1 and cfg.strategy.name in ("adpsgd", "delay_by_one", "hybrid")
+    chosen = f"epoch{cfg.train.epochs}.pt" if averaged else "best.pt"
+    best = load_checkpoint(exp_dir / "checkpoints" / chosen)
     save_checkpoint(exp_dir / "model.pt", {"model": best["model"], "meta": best["meta"]})
     atomic_write(exp_dir / "train_summary.json",
                  json.dumps({"strategy": cfg.strategy.name, "learners": dctx.world_size,
                              "history": state.history, "best": state.best}, indent=2) + "\n")
-    log.info("best epoch %d (dev WER %.2f%%) saved as %s", state.best["epoch"], state.best["wer"],
-             exp_dir / "model.pt")
+    log.info("%s saved as %s (best dev WER %.2f%% at epoch %d)", chosen, exp_dir / "model.pt",
+             state.best["wer"], state.best["epoch"])

@@ -113,7 +113,8 @@ def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.o
 
 def pick_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device=cuda but no CUDA device is visible; use train.device=auto")
+        raise ConfigError("device cuda was asked for but no CUDA device is visible; use the CPU "
+                          "(train.device=auto or cpu, --device cpu)")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
@@ -150,7 +151,8 @@ class Trainer:
                                    total_steps=cfg.epochs * len(self.batches),
                                    steps_per_epoch=len(self.batches))
         self.state = TrainState()
-        self.generator = torch.Generator().manual_seed(seed)
+        # SpecAugment draws per learner, so learners do not mask their utterances alike.
+        self.generator = torch.Generator().manual_seed(seed * 1009 + self.hooks.rank)
         self._writer = None
 
     def fit(self) -> TrainState:
