@@ -1,0 +1,86 @@
+"""Strategy settings and the straggler simulation (single process, fast)."""
+
+from __future__ import annotations
+
+import pytest
+
+from asrkit.config import compose, to_object
+from asrkit.distributed.base import Straggler
+from asrkit.distributed.config import StragglerConfig, StrategyConfig
+from asrkit.distributed.launch import DistContext, context_from_env, torchrun_command
+from asrkit.errors import ConfigError
+
+
+@pytest.mark.parametrize(("settings", "needle"), [
+    ({"name": "ring"}, "strategy.name='ring'"),
+    ({"name": "single", "learners": 2}, "strategy=single runs one learner"),
+    ({"name": "adpsgd", "learners": 3}, "even number of learners"),
+    ({"name": "delay_by_one", "learners": 2, "staleness": 2}, "strategy.staleness=2"),
+    ({"name": "hybrid", "learners": 6, "group_size": 2}, "1 or an even number of groups"),
+    ({"name": "hybrid", "learners": 4, "group_size": 3}, "must divide"),
+    ({"name": "sync", "learners": 2, "timeout_s": 0}, "timeout_s=0"),
+    ({"name": "sync", "learners": 2, "pattern": "star"}, "strategy.pattern='star'"),
+])
+def test_bad_strategy_settings_are_named(settings: dict, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        StrategyConfig(**settings).check()
+    assert needle in str(err.value)
+
+
+def test_straggler_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="straggler.mode"):
+        StrategyConfig(name="sync", learners=2, straggler=StragglerConfig(mode="slow")).check()
+    with pytest.raises(ConfigError, match="straggler.rank=5"):
+        StrategyConfig(name="sync", learners=2, straggler=StragglerConfig(mode="one", rank=5)).check()
+
+
+def test_every_strategy_config_composes_from_the_command_line() -> None:
+    cfg = to_object(compose(["strategy=hybrid", "strategy.learners=4", "strategy.group_size=2"]))
+    assert (cfg.strategy.name, cfg.strategy.world_size, cfg.strategy.group_size) == ("hybrid", 4, 2)
+    with pytest.raises(ConfigError, match="group_size"):
+        compose(["strategy=hybrid", "strategy.group_size=3"])
+
+
+def test_one_slow_learner_sleeps_factor_minus_one_times_its_step(monkeypatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("asrkit.distributed.base.time.sleep", slept.append)
+    clock = iter([10.0, 10.5, 20.0, 20.5])
+    monkeypatch.setattr("asrkit.distributed.base.time.monotonic", lambda: next(clock))
+    cfg = StragglerConfig(mode="one", factor=3.0)
+    slow, fast = Straggler(cfg, rank=3, world_size=4), Straggler(cfg, rank=0, world_size=4)
+    slow.start_step()
+    slow.end_step(0)
+    fast.start_step()
+    fast.end_step(0)
+    assert slept == [pytest.approx(1.0)] and slow.delayed_s == pytest.approx(1.0)
+
+
+def test_random_straggler_is_one_learner_per_step_agreed_by_all(monkeypatch) -> None:
+    slept: list[int] = []
+    monkeypatch.setattr("asrkit.distributed.base.time.monotonic", lambda: 5.0)
+    cfg = StragglerConfig(mode="random", factor=2.0, seed=7)
+    picked = set()
+    for step in range(30):
+        slept.clear()
+        for rank in range(4):
+            s = Straggler(cfg, rank=rank, world_size=4)
+            s._began = 4.0  # every step "took" one second
+            monkeypatch.setattr("asrkit.distributed.base.time.sleep",
+                                lambda t, rank=rank: slept.append(rank))
+            s.end_step(step)
+        assert len(slept) == 1  # exactly one learner is slow in each step
+        picked.add(slept[0])
+    assert len(picked) > 1  # and it is not always the same one
+
+
+def test_environment_is_read_in_one_place() -> None:
+    import torch
+
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "TORCHELASTIC_RUN_ID": "x"}
+    ctx = context_from_env(torch.device("cpu"), environ=env)
+    assert ctx == DistContext(rank=3, world_size=4, local_rank=1, device=torch.device("cpu"),
+                              backend="gloo")
+    assert context_from_env(torch.device("cpu"), environ={}).world_size == 1
+    command = torchrun_command(StrategyConfig(name="sync", learners=2, nnodes=2, node_rank=1),
+                               ["asrkit.distributed.worker", "cfg.yaml"])
+    assert "--nnodes=2" in command and "--node-rank=1" in command and command[-1] == "cfg.yaml"
