@@ -32,7 +32,7 @@ from asrkit.features.cmvn import read_cmvn
 from asrkit.models.lstm import build_model
 from asrkit.stages.registry import StageContext, stage
 from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.checkpoint import load_checkpoint, save_checkpoint
+from asrkit.training.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 from asrkit.training.data import CmvnNormalizer, load_utterances
 from asrkit.training.trainer import Trainer, pick_device
 
@@ -100,9 +100,16 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     # Replicas of the averaging strategies differ until the final consensus average, so
     # their model is the last epoch's (the consensus); otherwise the best dev epoch's.
     averaged = dctx.world_size > 1 and cfg.strategy.name in ("adpsgd", "delay_by_one", "hybrid")
-    chosen = f"epoch{cfg.train.epochs}.pt" if averaged else "best.pt"
-    best = load_checkpoint(exp_dir / "checkpoints" / chosen)
-    save_checkpoint(exp_dir / "model.pt", {"model": best["model"], "meta": best["meta"]})
+    ckpt_dir, last = exp_dir / "checkpoints", cfg.train.epochs
+    if cfg.train.average_last > 1:
+        first = last - cfg.train.average_last + 1
+        chosen = f"the average of epochs {first}-{last}"
+        bundle = average_checkpoints([ckpt_dir / f"epoch{e}.pt" for e in range(first, last + 1)])
+    else:
+        chosen = f"epoch{last}.pt" if averaged else "best.pt"
+        best = load_checkpoint(ckpt_dir / chosen)
+        bundle = {"model": best["model"], "meta": best["meta"]}
+    save_checkpoint(exp_dir / "model.pt", bundle)
     atomic_write(exp_dir / "train_summary.json",
                  json.dumps({"strategy": cfg.strategy.name, "learners": dctx.world_size,
                              "history": state.history, "best": state.best}, indent=2) + "\n")

@@ -54,6 +54,25 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
                         "checkpoint — retrain or restore it") from None
 
 
+def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
+    """A bundle whose weights are the element-wise mean of the checkpoints' models.
+
+    Raises:
+        DataError: no paths, or checkpoints of different models.
+    """
+    if not paths:
+        raise DataError("no checkpoints to average; train first or lower train.average_last")
+    states = [load_checkpoint(p) for p in paths]
+    first = states[0]["model"]
+    for path, state in zip(paths[1:], states[1:], strict=True):
+        if state["model"].keys() != first.keys():
+            raise DataError(f"{path}: a different model than {paths[0]}; average checkpoints of "
+                            "one run only")
+    mean = {k: sum(s["model"][k].double() for s in states).div(len(states)).to(first[k].dtype)
+            for k in first}
+    return {"model": mean, "meta": states[-1]["meta"]}
+
+
 def build_from_meta(meta: dict[str, Any]) -> LSTMAcousticModel:
     """The model described by a checkpoint's ``meta['model']``."""
     args = dict(meta["model"])

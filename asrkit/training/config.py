@@ -81,6 +81,8 @@ class TrainConfig:
         num_threads: intra-op CPU threads (0 = torch's default).
         best_metric: ``wer`` or ``loss`` on the dev set picks the best checkpoint.
         keep_checkpoints: epoch checkpoints kept (older ones are removed).
+        average_last: when > 1, ``model.pt`` is the average of the last this-many epoch
+            checkpoints instead of the best one (at most ``keep_checkpoints``).
         log_every: steps between TensorBoard/progress updates.
         progress: show a progress bar.
     """
@@ -94,6 +96,7 @@ class TrainConfig:
     num_threads: int = 0
     best_metric: str = "wer"
     keep_checkpoints: int = 5
+    average_last: int = 0
     log_every: int = 10
     progress: bool = True
 
@@ -108,3 +111,7 @@ class TrainConfig:
             raise ConfigError(f"train.best_metric={self.best_metric!r}; choose wer or loss")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1")
+        if self.average_last > min(self.keep_checkpoints, self.epochs):
+            raise ConfigError(f"train.average_last={self.average_last} exceeds the epoch checkpoints "
+                              f"kept ({min(self.keep_checkpoints, self.epochs)}); raise "
+                              "train.keep_checkpoints or lower train.average_last")
