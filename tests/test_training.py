@@ -189,3 +189,22 @@ def test_decode_writes_well_formed_kaldi_text(tmp_path: Path, tokenizer: Tokeniz
         assert line == line.strip() and "  " not in line
     parsed = read_kaldi_map(exp / "hyp", allow_empty_value=True)
     assert set(parsed) == set(TEXTS)
+
+
+def test_checkpoint_averaging_is_the_elementwise_mean(tmp_path: Path) -> None:
+    from asrkit.training.checkpoint import average_checkpoints
+
+    torch.manual_seed(0)
+    models = [build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=6) for _ in range(3)]
+    paths = []
+    for i, m in enumerate(models):
+        paths.append(tmp_path / f"epoch{i}.pt")
+        save_checkpoint(paths[-1], {"model": m.state_dict(), "meta": {"model": m.args}})
+    averaged = average_checkpoints(paths)
+    for key, value in averaged["model"].items():
+        expected = sum(m.state_dict()[key] for m in models) / 3
+        assert torch.allclose(value, expected, atol=1e-7), key
+    from asrkit.errors import DataError
+
+    with pytest.raises(DataError, match="no checkpoints"):
+        average_checkpoints([])
