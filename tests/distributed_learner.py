@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from asrkit.distributed.config import StrategyConfig
-from asrkit.distributed.launch import context_from_env, init_process_group
+from asrkit.distributed.launch import context_from_env, init_process_group, shutdown_process_group
 from asrkit.distributed.strategies import build_hooks
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import Tokenizer
@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
     if metrics:
         trainer.hooks.write_metrics(out / "exp")
     torch.save(trainer.model.state_dict(), out / f"rank{ctx.rank}.pt")
-    torch.distributed.destroy_process_group()
+    shutdown_process_group()
     return 0
 
 

@@ -1,6 +1,6 @@
 """Strategy throughput: aggregate samples/s of SYNC and ADPSGD, equal speed and with a straggler.
 
-Each configuration trains the demo model for one global epoch over a fixed subset of
+Each configuration trains the demo model for three global epochs over a fixed subset of
 the data dir's utterances with 2 or 4 gloo learners (one thread each) started by
 torchrun, and reads the aggregate samples/s from the learners' metrics. Ratios are
 taken against SYNC with the same learners and the same straggler setting, measured in

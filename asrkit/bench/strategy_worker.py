@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from asrkit.distributed.config import StragglerConfig, StrategyConfig
-from asrkit.distributed.launch import context_from_env, init_process_group
+from asrkit.distributed.launch import context_from_env, init_process_group, shutdown_process_group
 from asrkit.distributed.strategies import build_hooks
 from asrkit.features.cmvn import read_cmvn
 from asrkit.models import ModelConfig, build_model
@@ -43,14 +43,14 @@ def main(argv: list[str]) -> int:
                         num_tokens=tokenizer.num_tokens)
     hooks = build_hooks(strategy, ctx, seed=0)
     trainer = Trainer(model, utts, utts[:2], tokenizer=tokenizer, exp_dir=out,
-                      cfg=TrainConfig(epochs=1, max_frames=12000, max_batch=16, progress=False,
+                      cfg=TrainConfig(epochs=3, max_frames=12000, max_batch=16, progress=False,
                                       device="cpu"),
                       optim=OptimConfig(lr=1e-3), schedule=ScheduleConfig(warmup_steps=0),
                       specaug=SpecAugConfig(enabled=False), meta={"model": model.args},
                       hooks=hooks, seed=0)
     trainer.fit()
     hooks.write_metrics(out)
-    torch.distributed.destroy_process_group()
+    shutdown_process_group()
     return 0
 
 

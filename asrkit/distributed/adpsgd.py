@@ -81,6 +81,8 @@ class PairwiseAverager:
         self.done = False
         self.global_samples = 0.0
         self._samples_at_check = 0
+        self._checked_at: float | None = None
+        self._rate: float | None = None  # global samples/s between the last two all-reduces
         self.rounds = 0
         self.wait_s = 0.0
         self.error: BaseException | None = None
@@ -116,10 +118,19 @@ class PairwiseAverager:
             self.cond.notify_all()
 
     def progress_samples(self) -> float:
-        """Samples processed by all learners: the last all-reduced total plus this learner's
-        own samples since then, scaled by the number of learners."""
+        """Samples processed by all learners, estimated between all-reduces.
+
+        The last all-reduced total plus what the learners have added since: extrapolated
+        with the global rate measured between the last two all-reduces (so a slow learner
+        counts the fast ones' work too), and never less than its own samples since then.
+        Before a rate is known, its own samples count once per learner.
+        """
         with self.cond:
-            return self.global_samples + (self.local_samples - self._samples_at_check) * len(self.members)
+            own = self.local_samples - self._samples_at_check
+            if self._rate is None:
+                return self.global_samples + own * len(self.members)
+            since = time.monotonic() - self._checked_at
+            return self.global_samples + max(float(own), self._rate * since)
 
     def finish(self, timeout_s: float) -> None:
         """Stop computing; keep averaging until every learner is done; apply what is pending."""
@@ -183,8 +194,12 @@ class PairwiseAverager:
         began = time.monotonic()
         dist.all_reduce(status, group=self.group)
         self.wait_s += time.monotonic() - began
+        now = time.monotonic()
         with self.cond:
-            self.global_samples, self._samples_at_check = float(status[0]), local
+            total = float(status[0])
+            if self._checked_at is not None and now > self._checked_at and total > self.global_samples:
+                self._rate = (total - self.global_samples) / (now - self._checked_at)
+            self.global_samples, self._samples_at_check, self._checked_at = total, local, now
         return int(status[1]) == len(self.members)
 
 

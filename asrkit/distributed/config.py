@@ -73,7 +73,7 @@ class StrategyConfig:
     threads_per_learner: int = 1
     pattern: str = "random"
     averaging_period: int = 1
-    check_every: int = 4
+    check_every: int = 1
     final_consensus: bool = True
     staleness: int = 1
     group_size: int = 1

@@ -69,6 +69,13 @@ def init_process_group(ctx: DistContext, *, timeout_s: float) -> None:
                             timeout=datetime.timedelta(seconds=timeout_s))
 
 
+def shutdown_process_group() -> None:
+    """Leave together: tearing gloo down while a peer still talks to it can abort the process."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def torchrun_command(cfg: StrategyConfig, module_args: Sequence[str]) -> list[str]:
     """``python -m torch.distributed.run ... -m <module_args>`` for this node."""
     return [sys.executable, "-m", "torch.distributed.run",

@@ -25,6 +25,7 @@ from asrkit.distributed.launch import (
     context_from_env,
     init_process_group,
     launch_learners,
+    shutdown_process_group,
     under_torchrun,
 )
 from asrkit.distributed.strategies import build_hooks
@@ -92,9 +93,12 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     try:
         state = trainer.fit()
         hooks.write_metrics(exp_dir)
-    finally:
+    except BaseException:
         if dctx.world_size > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+            dist.destroy_process_group()  # no barrier: the others may be gone
+        raise
+    if dctx.world_size > 1:
+        shutdown_process_group()
     if not dctx.is_main:
         return
     # Replicas of the averaging strategies differ until the final consensus average, so
