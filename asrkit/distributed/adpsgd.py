@@ -44,7 +44,7 @@ from asrkit.distributed.base import (
 )
 from asrkit.distributed.config import StrategyConfig
 from asrkit.distributed.launch import DistContext
-from asrkit.distributed.topology import pairing
+from asrkit.distributed.topology import partner_of
 from asrkit.errors import UserError
 from asrkit.training.config import TrainConfig
 from asrkit.training.data import Batch, BucketBatches, Utterance
@@ -152,10 +152,8 @@ class PairwiseAverager:
     # -- communication thread ------------------------------------------------------------
 
     def _partner(self, round_index: int) -> int:
-        for a, b in pairing(self.pattern, len(self.members), round_index, self.seed):
-            if self.index in (a, b):
-                return self.members[b if self.index == a else a]
-        raise AssertionError(f"rank {self.rank} unpaired in round {round_index}")
+        return self.members[partner_of(self.pattern, len(self.members), round_index, self.seed,
+                                       self.index)]
 
     def _run(self) -> None:
         try:

@@ -40,7 +40,7 @@ from asrkit.distributed.base import (
 )
 from asrkit.distributed.config import StrategyConfig
 from asrkit.distributed.launch import DistContext
-from asrkit.distributed.topology import pairing
+from asrkit.distributed.topology import partner_of
 from asrkit.training.config import TrainConfig
 from asrkit.training.data import BucketBatches, Utterance
 from asrkit.training.trainer import TrainState
@@ -73,17 +73,11 @@ class DelayByOneHooks(StrategyHooks):
         broadcast_params(self.params, self.world_group)
         return model
 
-    def _partner(self, step: int) -> int:
-        for a, b in pairing(self.cfg.pattern, self.world_size, step, self.seed):
-            if self.rank in (a, b):
-                return b if self.rank == a else a
-        raise AssertionError(f"rank {self.rank} unpaired in round {step}")
-
     def before_step(self, state: TrainState) -> None:
         super().before_step(state)
         mine = flatten(self.params)
         theirs = torch.empty_like(mine)
-        partner = self._partner(state.step)
+        partner = partner_of(self.cfg.pattern, self.world_size, state.step, self.seed, self.rank)
         requests = [dist.isend(mine, dst=partner, group=self.group),
                     dist.irecv(theirs, src=partner, group=self.group)]
         self.inflight.append((mine, theirs, requests))

@@ -183,6 +183,18 @@ def pairing(pattern: str, n: int, round_index: int, seed: int = 0, *, group_size
     return _PAIRINGS[pattern](n, round_index, seed)
 
 
+def partner_of(pattern: str, n: int, round_index: int, seed: int, index: int) -> int:
+    """The index that ``index`` averages with in round ``round_index`` (``fixed``/``random``).
+
+    Raises:
+        ConfigError: as :func:`pairing`; AssertionError if ``index`` is unpaired (a bug).
+    """
+    for a, b in pairing(pattern, n, round_index, seed):
+        if index in (a, b):
+            return b if index == a else a
+    raise AssertionError(f"learner {index} unpaired in round {round_index} of {n}")
+
+
 _PAIRINGS: dict[str, Callable[[int, int, int], list[Pair]]] = {
     "fixed": lambda n, round_index, seed: fixed_pairing(n, round_index),
     "random": random_pairing,
