@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from asrkit.config import compose, to_object
-from asrkit.distributed.base import Straggler
+from asrkit.distributed.base import Straggler, steady_rate
 from asrkit.distributed.config import StragglerConfig, StrategyConfig
 from asrkit.distributed.launch import DistContext, context_from_env, torchrun_command
 from asrkit.errors import ConfigError
@@ -84,3 +84,15 @@ def test_environment_is_read_in_one_place() -> None:
     command = torchrun_command(StrategyConfig(name="sync", learners=2, nnodes=2, node_rank=1),
                                ["asrkit.distributed.worker", "cfg.yaml"])
     assert "--nnodes=2" in command and "--node-rank=1" in command and command[-1] == "cfg.yaml"
+
+
+def test_steady_rate_spans_first_step_to_last_step_of_all_learners() -> None:
+    # Learner 0 steps from t=10 to t=20 (40 samples after its first step), learner 1 from
+    # t=12 to t=30 (20 samples): 60 samples over 30 - 10 = 20 s.
+    learners = [{"window": [10.0, 20.0], "window_samples": 40},
+                {"window": [12.0, 30.0], "window_samples": 20}]
+    assert steady_rate(learners) == pytest.approx(3.0)
+    # A learner that never finished a step does not count; none at all gives no rate.
+    assert steady_rate(learners + [{"window": [None, 0.0], "window_samples": 0}]) == pytest.approx(3.0)
+    assert steady_rate([{"window": [None, 0.0], "window_samples": 0}]) is None
+    assert steady_rate([{"window": [5.0, 5.0], "window_samples": 0}]) is None

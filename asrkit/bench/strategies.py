@@ -1,8 +1,10 @@
 """Strategy throughput: aggregate samples/s of SYNC and ADPSGD, equal speed and with a straggler.
 
-Each configuration trains the demo model for three global epochs over a fixed subset of
-the data dir's utterances with 2 or 4 gloo learners (one thread each) started by
-torchrun, and reads the aggregate samples/s from the learners' metrics. Ratios are
+Each configuration trains the demo model for ``epochs`` (default 3) global epochs over a
+fixed subset of the data dir's utterances with 2 or 4 gloo learners (one thread each) started by
+torchrun, and reads the aggregate samples/s from the learners' metrics: samples after each
+learner's first step over the span from the first learner's first step to the last
+learner's last step, so start-up is left out but a straggler's tail is counted. Ratios are
 taken against SYNC with the same learners and the same straggler setting, measured in
 the same run. On a machine with fewer cores than learners the learners share cores,
 which favours whoever sleeps least; the result records the core count.
@@ -29,12 +31,12 @@ def _free_port() -> int:
 
 
 def _run(tmp: Path, data_dir: Path, *, learners: int, strategy: str, straggler: str,
-         utterances: int) -> dict:
+         utterances: int, epochs: int) -> dict:
     out = tmp / f"{strategy}-{learners}-{straggler}"
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={learners}",
                f"--master-port={_free_port()}", "--max-restarts=0", "-m",
                "asrkit.bench.strategy_worker", str(data_dir), str(tmp / "tok"), str(out), strategy,
-               straggler, str(utterances)]
+               straggler, str(utterances), str(epochs)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
@@ -42,20 +44,29 @@ def _run(tmp: Path, data_dir: Path, *, learners: int, strategy: str, straggler: 
     return json.loads((out / "learners.json").read_text())
 
 
-def bench_strategies(data_dir: str | Path, *, utterances: int = 128,
+def bench_strategies(data_dir: str | Path, *, utterances: int = 128, epochs: int = 3,
                      learner_counts: tuple[int, ...] = (2, 4)) -> dict:
     """Aggregate samples/s per (learners, strategy, straggler) and ratios vs SYNC."""
     data_dir = Path(data_dir)
     data = read_data_dir(data_dir)
-    rows = {}
+    rows, details = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         train_tokenizer(data.text, Path(tmp) / "tok", TokenizerConfig(kind="char"))
         for n in learner_counts:
             for straggler in ("none", "one"):
-                speeds = {s: _run(Path(tmp), data_dir, learners=n, strategy=s, straggler=straggler,
-                                  utterances=utterances)["aggregate_samples_per_s"]
-                          for s in ("sync", "adpsgd")}
-                rows[f"{n}_learners_{'straggler_2x' if straggler == 'one' else 'equal_speed'}"] = {
-                    "sync_samples_per_s": speeds["sync"], "adpsgd_samples_per_s": speeds["adpsgd"],
-                    "adpsgd_over_sync": round(speeds["adpsgd"] / speeds["sync"], 3)}
-    return {"utterances": utterances, "cpus": os.cpu_count(), "model": "demo", **rows}
+                runs = {s: _run(Path(tmp), data_dir, learners=n, strategy=s, straggler=straggler,
+                                utterances=utterances, epochs=epochs) for s in ("sync", "adpsgd")}
+                speeds = {s: r["steady_samples_per_s"] for s, r in runs.items()}
+                key = f"{n}_learners_{'straggler_2x' if straggler == 'one' else 'equal_speed'}"
+                rows[key] = {"sync_samples_per_s": speeds["sync"],
+                             "adpsgd_samples_per_s": speeds["adpsgd"],
+                             "adpsgd_over_sync": round(speeds["adpsgd"] / speeds["sync"], 3)}
+                details[key] = {s: [_learner_summary(m) for m in r["learners_detail"]]
+                                for s, r in runs.items()}
+    return {"utterances": utterances, "epochs": epochs, "cpus": os.cpu_count(), "model": "demo",
+            **rows, "detail": details}
+
+
+def _learner_summary(m: dict) -> dict:
+    return {k: m[k] for k in ("rank", "steps", "samples", "seconds", "comm_wait_s",
+                              "averagings", "straggler_delay_s")}

@@ -1,6 +1,6 @@
 """One learner of :mod:`asrkit.bench.strategies` (started by torchrun).
 
-``python -m asrkit.bench.strategy_worker DATA_DIR TOKENIZER_DIR OUT STRATEGY STRAGGLER N``
+``python -m asrkit.bench.strategy_worker DATA_DIR TOKENIZER_DIR OUT STRATEGY STRAGGLER N EPOCHS``
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from asrkit.training import (
 
 def main(argv: list[str]) -> int:
     data_dir, tok_dir, out = Path(argv[0]), Path(argv[1]), Path(argv[2])
-    strategy_name, straggler, count = argv[3], argv[4], int(argv[5])
+    strategy_name, straggler, count, epochs = argv[3], argv[4], int(argv[5]), int(argv[6])
     torch.set_num_threads(1)
     torch.manual_seed(0)
     ctx = context_from_env(torch.device("cpu"))
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
                         num_tokens=tokenizer.num_tokens)
     hooks = build_hooks(strategy, ctx, seed=0)
     trainer = Trainer(model, utts, utts[:2], tokenizer=tokenizer, exp_dir=out,
-                      cfg=TrainConfig(epochs=3, max_frames=12000, max_batch=16, progress=False,
+                      cfg=TrainConfig(epochs=epochs, max_frames=12000, max_batch=16, progress=False,
                                       device="cpu"),
                       optim=OptimConfig(lr=1e-3), schedule=ScheduleConfig(warmup_steps=0),
                       specaug=SpecAugConfig(enabled=False), meta={"model": model.args},

@@ -40,5 +40,7 @@ def _bench(args: argparse.Namespace) -> int:
         atomic_write(Path(args.out_dir) / f"{name}.json", json.dumps(record, indent=2) + "\n")
         print(f"{name}:")
         for key, value in result.items():
+            if key == "detail":
+                continue  # per-learner numbers: in the JSON only
             print(f"  {key:<16} {value}")
     return 0

@@ -57,6 +57,18 @@ class Straggler:
             self.delayed_s += pause
 
 
+def steady_rate(learners: list[dict[str, Any]]) -> float | None:
+    """Aggregate samples/s between the first learner's first step and the last learner's
+    last step, counting the samples after each learner's first step (start-up and the
+    first step's warm-up excluded). None when no learner took two steps."""
+    started = [m for m in learners if m["window"][0] is not None]
+    if not started:
+        return None
+    span = max(m["window"][1] for m in started) - min(m["window"][0] for m in started)
+    samples = sum(m["window_samples"] for m in started)
+    return round(samples / span, 3) if span > 0 and samples > 0 else None
+
+
 class StrategyHooks(TrainHooks):
     """Base of the distributed strategies: rank bookkeeping, a world-wide gloo group for
     metrics and consensus, straggler simulation and the per-learner metrics summary.
@@ -72,6 +84,11 @@ class StrategyHooks(TrainHooks):
         self.world_group = dist.new_group(backend="gloo",
                                           timeout=datetime.timedelta(seconds=cfg.timeout_s))
         self._began = time.monotonic()
+        # Steady-state window: from the end of this learner's first step (after start-up and
+        # warm-up) to the end of its last; wall-clock time, comparable across learners.
+        self._first_step_end: float | None = None
+        self._first_step_samples = 0
+        self._last_step_end = 0.0
         self.final_metrics: dict[str, Any] = {}
 
     def comm_wait_s(self) -> float | None:
@@ -86,11 +103,16 @@ class StrategyHooks(TrainHooks):
 
     def after_step(self, model: nn.Module, state: TrainState) -> None:
         self.straggler.end_step(state.step)
+        self._last_step_end = time.time()
+        if self._first_step_end is None:
+            self._first_step_end, self._first_step_samples = self._last_step_end, state.samples
 
     def learner_metrics(self, state: TrainState) -> dict[str, Any]:
         wall = time.monotonic() - self._began
         return {"rank": self.rank, "steps": state.step, "samples": state.samples,
                 "seconds": round(wall, 3), "samples_per_s": round(state.samples / max(wall, 1e-9), 3),
+                "window": [self._first_step_end, self._last_step_end],
+                "window_samples": state.samples - self._first_step_samples,
                 "comm_wait_s": None if self.comm_wait_s() is None else round(self.comm_wait_s(), 3),
                 "averagings": self.averagings(), "straggler_delay_s": round(self.straggler.delayed_s, 3)}
 
@@ -112,6 +134,7 @@ class StrategyHooks(TrainHooks):
         self.final_metrics = {
             "strategy": self.cfg.name, "learners": self.world_size,
             "aggregate_samples_per_s": round(sum(m["samples"] for m in gathered) / total_s, 3),
+            "steady_samples_per_s": steady_rate(gathered),
             "mean_consensus_distance": sum(m["consensus_distance"] for m in gathered) / self.world_size,
             "learners_detail": gathered,
         }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Train and decode AN4 once per distributed strategy with the same epochs and 2 learners,
 # then print one line per strategy: name, test WER line, training wall time.
+# A strategy whose decode already finished is reported, not retrained.
 # Usage (from recipes/an4, after the demo has run stages 0-3): local/compare_strategies.sh [overrides...]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,6 +15,13 @@ runs=(
 for run in "${runs[@]}"; do
   name=${run%%|*}
   read -r -a args <<<"${run#*|}"
+  wer=exp/an4_2l_$name/decode_test/scoring/wer
+  if [[ -s $wer && -s exp/an4_2l_$name/train_summary.json ]]; then
+    # Finished before (the decode stage writes wer last): report it, do not retrain.
+    echo "$name: $(grep -h '^%WER' "$wer") (done before; see exp/an4_2l_$name.log)"
+    continue
+  fi
+  rm -rf "exp/an4_2l_$name"
   began=$(date +%s)
   # The tokenizer of the demo run is shared: copy it rather than retrain it.
   mkdir -p "exp/an4_2l_$name"
@@ -21,5 +29,5 @@ for run in "${runs[@]}"; do
   ./run.sh --stage 4 --stop-stage 5 name="an4_2l_$name" "${args[@]}" strategy.learners=2 \
     train.progress=false "$@" > "exp/an4_2l_$name.log" 2>&1
   took=$(( $(date +%s) - began ))
-  echo "$name: $(grep -h '^%WER' "exp/an4_2l_$name/decode_test/scoring/wer") (${took} s)"
+  echo "$name: $(grep -h '^%WER' "$wer") (${took} s)"
 done
