@@ -25,8 +25,10 @@ from asrkit.distributed.config import StrategyConfig
 from asrkit.errors import ConfigError
 from asrkit.features.extractors import FeatureConfig
 from asrkit.models.lstm import ModelConfig
+from asrkit.targets.align_config import AlignConfig
 from asrkit.targets.tokenizer import TokenizerConfig
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
+from asrkit.training.objectives import OBJECTIVES
 
 #: ``conf/`` beside the ``asrkit`` package in a source checkout.
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -71,6 +73,7 @@ class AsrkitConfig:
         data_root: where Kaldi data dirs are written (``data/train`` ...).
         feats_root: where feature arks are written.
         exp_dir: experiment directory (config, command, logs, models, decodes).
+        objective: ``ctc`` (token targets) or ``ce`` (frame targets from ``align``).
     """
 
     name: str = "an4"
@@ -78,6 +81,7 @@ class AsrkitConfig:
     data_root: str = "data"
     feats_root: str = "${features.kind}"
     exp_dir: str = "exp/${name}"
+    objective: str = "ctc"
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
@@ -88,6 +92,7 @@ class AsrkitConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    align: AlignConfig = field(default_factory=AlignConfig)
 
 
 _registered = False
@@ -134,6 +139,9 @@ def compose(
     typed.tokenizer.check()
     typed.train.check()
     typed.strategy.check()
+    typed.align.check()
+    if typed.objective not in OBJECTIVES:
+        raise ConfigError(f"objective={typed.objective!r} is unknown; choose one of {sorted(OBJECTIVES)}")
     return cfg
 
 

@@ -18,6 +18,7 @@ from asrkit.errors import UserError
 _COMMANDS = (
     "asrkit.cli.run",
     "asrkit.cli.validate_data",
+    "asrkit.cli.check_alignments",
     "asrkit.cli.bench",
     "asrkit.cli.score",
     "asrkit.cli.transcribe",

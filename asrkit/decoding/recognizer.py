@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ import torch
 from asrkit.data.audio import load_audio
 from asrkit.data.datadir import read_data_dir, write_kaldi_map
 from asrkit.decoding.greedy import greedy_ctc
-from asrkit.errors import DataError
+from asrkit.errors import ConfigError, DataError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.features.extractors import FeatureConfig, extract
 from asrkit.scoring import score_files
@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 
 class Recognizer:
-    """Greedy CTC recognition with a trained experiment.
+    """Greedy recognition with a trained experiment (the CTC head, or the frame head of a
+    CE model whose classes are CTC tokens).
 
     Args:
         exp_dir: the experiment directory.
@@ -59,17 +60,36 @@ class Recognizer:
         cfg = dataclasses.replace(self.features, resample=True)
         return self.normalize(extract(samples, rate, cfg, utt=utt, where=where))
 
+    @property
+    def decode_head(self) -> str | None:
+        """The output that decodes to tokens: ``ctc``, ``frame`` (a CE model trained on a
+        CTC model's forced alignments) or None (CE on Kaldi pdf-ids: no word output here)."""
+        return self.meta.get("decode_head", "ctc")
+
     @torch.no_grad()
-    def recognize(self, utts: Sequence[Utterance]) -> dict[str, str]:
-        """Transcripts of ``utts`` (features already normalised), batched by length."""
-        out: dict[str, str] = {}
+    def outputs(self, utts: Sequence[Utterance], head: str) -> Iterator[tuple[str, torch.Tensor]]:
+        """``(utterance, (T', V) scores)`` of the model's ``head`` output (``ctc``
+        log-probabilities or ``frame`` logits), batched by length, on the CPU."""
         lengths = [u.feats.shape[0] for u in utts]
         for idx in make_buckets(lengths, max_frames=self.max_frames, max_batch=64):
             batch = collate([utts[i] for i in idx]).to(self.device)
             result = self.model(batch.feats, batch.lengths)
-            for utt, ids in zip(batch.utts, greedy_ctc(result["ctc"], result["lengths"]),
-                                strict=True):
-                out[utt] = self.tokenizer.decode(ids)
+            if head not in result:
+                raise ConfigError(f"{self.exp_dir}: the model has no {head!r} output")
+            for b, utt in enumerate(batch.utts):
+                yield utt, result[head][b, : int(result["lengths"][b])].cpu()
+
+    def recognize(self, utts: Sequence[Utterance]) -> dict[str, str]:
+        """Transcripts of ``utts`` (features already normalised), batched by length."""
+        head = self.decode_head
+        if head is None:
+            raise ConfigError(f"{self.exp_dir}: this CE model's classes are Kaldi pdf-ids, which "
+                              "do not map to words here; write log-likelihoods (stage 7) and "
+                              "decode them with Kaldi's latgen-faster-mapped")
+        out: dict[str, str] = {}
+        for utt, scores in self.outputs(utts, head):
+            ids = greedy_ctc(scores[None], torch.tensor([scores.shape[0]]))[0]
+            out[utt] = self.tokenizer.decode(ids)
         return out
 
     def data_dir_utterances(self, data_dir: str | Path) -> list[Utterance]:

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ import yaml
 from asrkit.data.audio import load_audio
 from asrkit.data.datadir import read_data_dir, write_kaldi_map
 from asrkit.data.io import atomic_write, atomic_writer
-from asrkit.data.kaldi_ark import kaldi_io
+from asrkit.data.kaldi_ark import kaldi_io, write_ark
 from asrkit.errors import DataError
 from asrkit.features.cmvn import cmvn_stats
 from asrkit.features.extractors import FeatureConfig, extract
@@ -44,27 +45,19 @@ def _run_job(
 ) -> _JobResult:
     """Extract features for ``items`` ``(utt, spk, wav entry)`` into one ark."""
     torch.set_num_threads(1)
-    scp: dict[str, str] = {}
     num_frames: dict[str, int] = {}
     spk_stats: dict[str, np.ndarray] = {}
-    tmp_path = ark_path + ".tmp"
-    try:
-        with open(tmp_path, "wb") as ark:
-            for utt, spk, entry in items:
-                samples, rate = load_audio(entry, utt=utt)
-                feats = extract(samples, rate, cfg, utt=utt, where=entry)
-                # The scp offset points just past "utt ", where the binary matrix starts.
-                offset = ark.tell() + len(utt.encode()) + 1
-                kaldi_io.write_mat(ark, feats, key=utt)
-                scp[utt] = f"{os.path.abspath(ark_path)}:{offset}"
-                num_frames[utt] = feats.shape[0]
-                stats = cmvn_stats(feats)
-                spk_stats[spk] = spk_stats[spk] + stats if spk in spk_stats else stats
-        os.replace(tmp_path, ark_path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_path)
-        raise
+
+    def features() -> Iterator[tuple[str, np.ndarray]]:
+        for utt, spk, entry in items:
+            samples, rate = load_audio(entry, utt=utt)
+            feats = extract(samples, rate, cfg, utt=utt, where=entry)
+            num_frames[utt] = feats.shape[0]
+            stats = cmvn_stats(feats)
+            spk_stats[spk] = spk_stats[spk] + stats if spk in spk_stats else stats
+            yield utt, feats
+
+    scp = write_ark(ark_path, features())
     return _JobResult(scp, num_frames, spk_stats)
 
 
@@ -120,12 +113,7 @@ def compute_features_for_dir(
             spk_stats[spk] = spk_stats[spk] + stats if spk in spk_stats else stats
 
     cmvn_ark = feats_dir / f"cmvn_{cfg.kind}_{name}.ark"
-    cmvn_scp: dict[str, str] = {}
-    with atomic_writer(cmvn_ark, "wb") as ark:
-        for spk in sorted(spk_stats):
-            offset = ark.tell() + len(spk.encode()) + 1
-            kaldi_io.write_mat(ark, spk_stats[spk], key=spk)
-            cmvn_scp[spk] = f"{cmvn_ark.resolve()}:{offset}"
+    cmvn_scp = write_ark(cmvn_ark, ((spk, spk_stats[spk]) for spk in sorted(spk_stats)))
     with atomic_writer(data_dir / "cmvn_global.ark", "wb") as ark:
         kaldi_io.write_mat(ark, sum(spk_stats.values()))
     write_kaldi_map(data_dir / "cmvn.scp", cmvn_scp)

@@ -154,6 +154,13 @@ MODEL_SIZES: dict[str, Callable[[], dict]] = {
 
 def build_model(cfg: ModelConfig, *, input_dim: int, num_tokens: int) -> LSTMAcousticModel:
     """The model named by ``cfg.size`` with ``cfg``'s explicit overrides applied."""
+    return LSTMAcousticModel(input_dim, num_tokens, bidirectional=cfg.bidirectional,
+                             num_classes=cfg.num_classes, **model_args(cfg))
+
+
+def model_args(cfg: ModelConfig) -> dict:
+    """The named size's shape (hidden, layers, bottleneck, stack, subsample, dropout) with
+    ``cfg``'s explicit overrides applied."""
     if cfg.size not in MODEL_SIZES:
         raise ConfigError(f"model.size={cfg.size!r} is unknown; choose one of {sorted(MODEL_SIZES)}")
     args = MODEL_SIZES[cfg.size]()
@@ -164,5 +171,4 @@ def build_model(cfg: ModelConfig, *, input_dim: int, num_tokens: int) -> LSTMAco
         args["bottleneck"] = cfg.bottleneck
     if cfg.dropout >= 0:
         args["dropout"] = cfg.dropout
-    return LSTMAcousticModel(input_dim, num_tokens, bidirectional=cfg.bidirectional,
-                             num_classes=cfg.num_classes, **args)
+    return args

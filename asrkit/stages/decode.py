@@ -12,17 +12,21 @@ from asrkit.training.trainer import pick_device
 log = logging.getLogger(__name__)
 
 
-def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
-    """``(name, data dir)`` pairs: ``decode.sets`` entries are set names or data dir paths."""
-    sets = ctx.cfg.decode.sets or [ctx.cfg.data.dev_set, *ctx.cfg.data.test_sets]
+def resolve_sets(ctx: StageContext, entries: list[str]) -> list[tuple[str, Path]]:
+    """``(name, data dir)`` pairs for entries that are set names or data dir paths."""
     out = []
-    for entry in sets:
+    for entry in entries:
         path = Path(entry)
         if "/" in entry or path.is_absolute():
             out.append((path.resolve().name, path))
         else:
             out.append((entry, ctx.data_root / entry))
     return out
+
+
+def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
+    """The sets to decode: ``decode.sets``, or the recipe's dev and test sets."""
+    return resolve_sets(ctx, ctx.cfg.decode.sets or [ctx.cfg.data.dev_set, *ctx.cfg.data.test_sets])
 
 
 @stage(5, "decode", "greedy CTC decoding of dev and test sets; hyp and scoring/ in decode_<set>/")

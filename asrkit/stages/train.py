@@ -29,21 +29,28 @@ from asrkit.distributed.launch import (
     under_torchrun,
 )
 from asrkit.distributed.strategies import build_hooks
+from asrkit.errors import ConfigError
 from asrkit.features.cmvn import read_cmvn
-from asrkit.models.lstm import build_model
+from asrkit.models.lstm import build_model, model_args
 from asrkit.stages.registry import StageContext, stage
+from asrkit.targets.alignments import check_alignments, read_alignments
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
-from asrkit.training.data import CmvnNormalizer, load_utterances
+from asrkit.training.data import CmvnNormalizer, attach_alignments, load_utterances
+from asrkit.training.objectives import build_objective
 from asrkit.training.trainer import Trainer, pick_device
 
 log = logging.getLogger(__name__)
 
 
-@stage(4, "train", "train the (B)LSTM CTC acoustic model, validating on the dev set every epoch")
+@stage(4, "train", "train the (B)LSTM acoustic model (CTC, or frame CE on alignments), "
+       "validating on the dev set every epoch")
 def train(ctx: StageContext) -> None:
     strategy = ctx.cfg.strategy
     strategy.check()
+    if ctx.cfg.objective == "ce":
+        # Before any learner starts: they all read the tokenizer this may copy.
+        adopt_alignment_tokenizer(_ali_source(ctx.cfg, ctx.exp_dir, "train"), ctx.exp_dir)
     if strategy.world_size > 1 and not under_torchrun():
         launch_learners(strategy, ["asrkit.distributed.worker", str(ctx.exp_dir / "config.yaml")])
         if strategy.node_rank == 0:
@@ -78,18 +85,28 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     train_utts = load_utterances(train_dir, normalize, tokenizer=tokenizer, input_dim=dim)
     dev_utts = load_utterances(dev_dir, normalize, tokenizer=tokenizer, input_dim=dim) \
         if dctx.is_main else []
-    model = build_model(cfg.model, input_dim=dim, num_tokens=tokenizer.num_tokens)
+    model_cfg, token_classes = cfg.model, False
+    if cfg.objective == "ce":
+        train_utts, num_classes, token_classes = _with_alignments(
+            cfg, exp_dir, train_utts, "train", num_classes=cfg.model.num_classes, log_it=dctx.is_main)
+        model_cfg = dataclasses.replace(cfg.model, num_classes=num_classes)
+    model = build_model(model_cfg, input_dim=dim, num_tokens=tokenizer.num_tokens)
+    if cfg.objective == "ce" and dev_utts:
+        dev_utts, _, _ = _with_alignments(cfg, exp_dir, dev_utts, "dev",
+                                          num_classes=model.num_classes, log_it=True)
     if dctx.is_main:
         log.info("model: %s size, %.2fM parameters; %d train / %d dev utterances; strategy %s "
                  "with %d learner(s)", cfg.model.size,
                  sum(p.numel() for p in model.parameters()) / 1e6, len(train_utts), len(dev_utts),
                  cfg.strategy.name, dctx.world_size)
+    objective = build_objective(cfg.objective, token_classes=token_classes)
     meta = {"model": model.args, "features": dataclasses.asdict(cfg.features),
-            "cmvn": cfg.features.cmvn, "tokenizer": "tokenizer"}
+            "cmvn": cfg.features.cmvn, "tokenizer": "tokenizer", "objective": cfg.objective,
+            "decode_head": objective.decodes_from}
     hooks = build_hooks(cfg.strategy, dctx, seed=cfg.seed)
     trainer = Trainer(model, train_utts, dev_utts, tokenizer=tokenizer, exp_dir=exp_dir,
                       cfg=cfg.train, optim=cfg.optim, schedule=cfg.schedule, specaug=cfg.specaug,
-                      meta=meta, hooks=hooks, seed=cfg.seed)
+                      meta=meta, hooks=hooks, seed=cfg.seed, objective=objective)
     try:
         state = trainer.fit()
         hooks.write_metrics(exp_dir)
@@ -117,5 +134,44 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     atomic_write(exp_dir / "train_summary.json",
                  json.dumps({"strategy": cfg.strategy.name, "learners": dctx.world_size,
                              "history": state.history, "best": state.best}, indent=2) + "\n")
-    log.info("%s saved as %s (best dev WER %.2f%% at epoch %d)", chosen, exp_dir / "model.pt",
-             state.best["wer"], state.best["epoch"])
+    metric = "wer" if "wer" in state.best else "loss"
+    log.info("%s saved as %s (best dev %s %.3f at epoch %d)", chosen, exp_dir / "model.pt",
+             metric, state.best[metric], state.best["epoch"])
+
+
+def _ali_source(cfg: AsrkitConfig, exp_dir: Path, which: str) -> str:
+    """``align.train`` / ``align.dev``, or this experiment's forced-alignment dir."""
+    setting = cfg.align.train if which == "train" else cfg.align.dev
+    name = cfg.data.train_set if which == "train" else cfg.data.dev_set
+    return setting or str(exp_dir / f"ali_{name}")
+
+
+def adopt_alignment_tokenizer(source: str, exp_dir: Path) -> None:
+    """Alignments made by the forced-alignment stage carry their tokenizer (their classes
+    are its units): use it when this experiment has none, refuse a different one."""
+    theirs, mine = Path(source) / "tokenizer", exp_dir / "tokenizer"
+    if not (theirs / "units.txt").is_file():
+        return
+    if not (mine / "units.txt").is_file():
+        shutil.copytree(theirs, mine, dirs_exist_ok=True)
+        log.info("tokenizer: %s (the alignments' classes are its units)", theirs)
+    elif (mine / "units.txt").read_bytes() != (theirs / "units.txt").read_bytes():
+        raise ConfigError(f"{theirs}: the alignments' classes are this tokenizer's units, but "
+                          f"{mine} differs; remove {mine} to use the alignments' tokenizer")
+
+
+def _with_alignments(cfg: AsrkitConfig, exp_dir: Path, utts: list, which: str, *,
+                     num_classes: int, log_it: bool) -> tuple[list, int, bool]:
+    """Check ``utts``' alignments and attach them; returns the kept utterances, the number
+    of classes and whether the classes are tokenizer units."""
+    source = _ali_source(cfg, exp_dir, which)
+    check = cfg.align.check_config(num_classes=num_classes)
+    fixed, report = check_alignments(read_alignments(source),
+                                     {u.utt: u.feats.shape[0] for u in utts}, check, source=source)
+    report.raise_if_unusable()
+    if log_it:
+        log.info("%s alignments: %s", which, " | ".join(report.summary().splitlines()))
+    kept = attach_alignments(utts, fixed, factor=report.subsampling_factor,
+                             model_subsample=model_args(cfg.model)["subsample"], source=source)
+    token_classes = (Path(source) / "tokenizer" / "units.txt").is_file()
+    return kept, report.num_classes, token_classes

@@ -32,18 +32,22 @@ class Utterance:
         feats: ``(T, F)`` normalised float32 features.
         tokens: ``(L,)`` int64 model ids (empty when the set has no transcripts).
         text: the reference transcript (``""`` when absent).
+        ali: ``(T',)`` int64 frame targets at the model's output frame rate (CE
+            training), or None.
     """
 
     utt: str
     feats: np.ndarray
     tokens: np.ndarray
     text: str = ""
+    ali: np.ndarray | None = None
 
 
 @dataclass
 class Batch:
     """A padded batch: ``feats (B, T, F)``, ``lengths (B,)``, concatenated
-    ``targets (sum L,)`` with ``target_lengths (B,)``, and the utterance ids."""
+    ``targets (sum L,)`` with ``target_lengths (B,)``, the utterance ids, and for CE
+    training ``frame_targets (B, T')`` padded with -1."""
 
     utts: list[str]
     feats: torch.Tensor
@@ -54,6 +58,7 @@ class Batch:
     #: shard of a global batch, global size / learners (so averaged gradients equal
     #: those of the whole batch).
     norm: float = 0.0
+    frame_targets: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if not self.norm:
@@ -65,7 +70,8 @@ class Batch:
 
     def to(self, device: torch.device) -> Batch:
         return Batch(self.utts, self.feats.to(device), self.lengths.to(device),
-                     self.targets.to(device), self.target_lengths.to(device), self.norm)
+                     self.targets.to(device), self.target_lengths.to(device), self.norm,
+                     None if self.frame_targets is None else self.frame_targets.to(device))
 
 
 class CmvnNormalizer:
@@ -141,7 +147,13 @@ def collate(utts: Sequence[Utterance]) -> Batch:
         feats[i, : u.feats.shape[0]] = torch.from_numpy(u.feats)
     targets = torch.from_numpy(np.concatenate([u.tokens for u in utts]))
     target_lengths = torch.tensor([u.tokens.size for u in utts], dtype=torch.long)
-    return Batch([u.utt for u in utts], feats, lengths, targets, target_lengths)
+    frame_targets = None
+    if all(u.ali is not None for u in utts):
+        frame_targets = torch.full((len(utts), max(u.ali.size for u in utts)), -1, dtype=torch.long)
+        for i, u in enumerate(utts):
+            frame_targets[i, : u.ali.size] = torch.from_numpy(u.ali)
+    return Batch([u.utt for u in utts], feats, lengths, targets, target_lengths,
+                 frame_targets=frame_targets)
 
 
 def make_buckets(lengths: Sequence[int], *, max_frames: int, max_batch: int,
@@ -212,3 +224,33 @@ class BucketBatches:
         batch = collate([self.utts[i] for i in bucket[self.rank::self.world]])
         batch.norm = len(bucket) / self.world
         return batch
+
+
+def attach_alignments(utts: list[Utterance], alignments: dict[str, np.ndarray], *, factor: int,
+                      model_subsample: int, source: str) -> list[Utterance]:
+    """Give each utterance its frame targets at the model's output rate.
+
+    Args:
+        utts: utterances whose features the alignments were checked against.
+        alignments: labels per utterance, ``ceil(T / factor)`` of them (as
+            :func:`asrkit.targets.check_alignments` returns them).
+        factor: feature frames per alignment frame.
+        model_subsample: feature frames per model output frame; a multiple of ``factor``
+            (every ``model_subsample / factor``-th label is kept, as Kaldi subsamples).
+        source: where the alignments came from (for messages).
+
+    Returns:
+        The utterances that have alignments (the checker reported the others).
+    """
+    if model_subsample % factor:
+        raise ConfigError(f"{source}: alignments have one label per {factor} feature frames but "
+                          f"the model outputs one per {model_subsample}; use a model.subsample "
+                          f"that is a multiple of {factor}")
+    step = model_subsample // factor
+    kept = []
+    for u in utts:
+        labels = alignments.get(u.utt)
+        if labels is not None:
+            u.ali = np.ascontiguousarray(labels[::step], dtype=np.int64)
+            kept.append(u)
+    return kept

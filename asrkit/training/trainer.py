@@ -19,18 +19,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError
 from asrkit.models.lstm import LSTMAcousticModel
-from asrkit.scoring import score_texts
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.checkpoint import save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 from asrkit.training.data import Batch, BucketBatches, Utterance, collate
+from asrkit.training.objectives import CtcObjective, Objective
 from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
 
 log = logging.getLogger(__name__)
+
+#: Dev metrics as logged (in this order) when the objective reports them.
+_METRIC_NAMES = {"loss": "loss", "wer": "WER", "frame_acc": "frame accuracy"}
 
 
 @dataclass
@@ -93,10 +95,7 @@ class TrainHooks:
 
 def ctc_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Summed CTC loss / ``batch.norm`` (``zero_infinity`` guards too-short inputs)."""
-    out = model(batch.feats, batch.lengths)
-    return nn.functional.ctc_loss(out["ctc"].transpose(0, 1), batch.targets, out["lengths"],
-                                  batch.target_lengths, blank=0, reduction="sum",
-                                  zero_infinity=True) / batch.norm
+    return CtcObjective().loss(model, batch)
 
 
 def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -121,7 +120,7 @@ def pick_device(name: str) -> torch.device:
 
 
 class Trainer:
-    """Trains an :class:`LSTMAcousticModel` with CTC on bucketed batches.
+    """Trains an :class:`LSTMAcousticModel` on bucketed batches (CTC, or frame CE).
 
     Args:
         model: the model (moved to ``device``).
@@ -132,14 +131,17 @@ class Trainer:
         meta: saved in every checkpoint (see :mod:`asrkit.training.checkpoint`).
         hooks: the distributed strategy (default: single process).
         seed: seeds batch order and masking.
+        objective: the loss and dev metrics (default CTC).
     """
 
     def __init__(self, model: LSTMAcousticModel, train: list[Utterance], dev: list[Utterance], *,
                  tokenizer: Tokenizer, exp_dir: str | Path, cfg: TrainConfig, optim: OptimConfig,
                  schedule: ScheduleConfig, specaug: SpecAugConfig, meta: dict[str, Any],
-                 hooks: TrainHooks | None = None, seed: int = 1) -> None:
+                 hooks: TrainHooks | None = None, seed: int = 1,
+                 objective: Objective | None = None) -> None:
         cfg.check()
         self.cfg, self.specaug, self.meta, self.seed = cfg, specaug, meta, seed
+        self.objective = objective or CtcObjective()
         self.device = pick_device(cfg.device)
         self.model = model.to(self.device)
         self.hooks = hooks or TrainHooks()
@@ -176,7 +178,7 @@ class Trainer:
         for batch in batches:
             self.hooks.before_step(self.state)
             lr = self._set_lr()
-            loss = ctc_loss(model, self._augment(batch).to(self.device))
+            loss = self.objective.loss(model, self._augment(batch).to(self.device))
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.hooks.after_backward(model, self.state)
@@ -201,45 +203,38 @@ class Trainer:
     def _augment(self, batch: Batch) -> Batch:
         feats = spec_augment(batch.feats, batch.lengths, self.specaug, self.generator)
         return Batch(batch.utts, feats, batch.lengths, batch.targets, batch.target_lengths,
-                     batch.norm)
+                     batch.norm, batch.frame_targets)
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Dev-set CTC loss per utterance and greedy WER (%)."""
+        """Dev-set metrics of the objective: loss, and greedy WER (%) where it decodes."""
         self.model.eval()
-        total, count = 0.0, 0
-        ref, hyp = {}, {}
-        for idx in BucketBatches(self.dev, max_frames=self.cfg.max_frames,
-                                 max_batch=self.cfg.max_batch, shuffle=False).buckets:
-            batch = collate([self.dev[i] for i in idx]).to(self.device)
-            out = self.model(batch.feats, batch.lengths)
-            total += float(nn.functional.ctc_loss(
-                out["ctc"].transpose(0, 1), batch.targets, out["lengths"], batch.target_lengths,
-                blank=0, reduction="sum", zero_infinity=True))
-            count += len(batch.utts)
-            for utt, ids in zip(batch.utts, greedy_ctc(out["ctc"], out["lengths"]), strict=True):
-                hyp[utt] = self.tokenizer.decode(ids).split()
-        for u in self.dev:
-            ref[u.utt] = u.text.split()
-        wer = score_texts(ref, hyp).words.wer
-        return {"loss": total / max(count, 1), "wer": wer}
+        batches = (collate([self.dev[i] for i in idx]).to(self.device)
+                   for idx in BucketBatches(self.dev, max_frames=self.cfg.max_frames,
+                                            max_batch=self.cfg.max_batch, shuffle=False).buckets)
+        return self.objective.validate(self.model, batches, tokenizer=self.tokenizer,
+                                       texts={u.utt: u.text for u in self.dev})
 
     def _end_epoch(self, epoch: int, seconds: float) -> None:
         if not self.is_main:
             return  # the other learners carry on; their next collective waits for this one
         metrics = {"epoch": epoch + 1, **self.validate(), "seconds": seconds}
         self.state.history.append(metrics)
-        key = self.cfg.best_metric
+        key = self.cfg.best_metric if self.cfg.best_metric in metrics else "loss"
         improved = self.state.best is None or \
             (metrics[key], metrics["loss"]) < (self.state.best[key], self.state.best["loss"])
         if improved:
             self.state.best = metrics
-        log.info("epoch %d: dev loss %.3f, dev WER %.2f%%, %.0f s%s", epoch + 1, metrics["loss"],
-                 metrics["wer"], seconds, " (best so far)" if improved else "")
+        shown = ", ".join(f"dev {name} {metrics[k]:.3f}" if k == "loss" else
+                          f"dev {name} {metrics[k]:.2f}%"
+                          for k, name in _METRIC_NAMES.items() if k in metrics)
+        log.info("epoch %d: %s, %.0f s%s", epoch + 1, shown, seconds,
+                 " (best so far)" if improved else "")
         writer = self._tensorboard()
         if writer is not None:
-            writer.add_scalar("dev/loss", metrics["loss"], self.state.step)
-            writer.add_scalar("dev/wer", metrics["wer"], self.state.step)
+            for k in _METRIC_NAMES:
+                if k in metrics:
+                    writer.add_scalar(f"dev/{k}", metrics[k], self.state.step)
             writer.flush()
         self._save(epoch + 1, best=improved)
 

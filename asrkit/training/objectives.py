@@ -1,0 +1,148 @@
+"""Training objectives: what the loss is and what validation reports.
+
+* ``ctc`` (default): CTC on the token targets; dev loss per utterance and greedy WER.
+* ``ce``: frame-level cross-entropy of the frame-classification head on alignment
+  targets (Kaldi pdf-ids, or a CTC model's forced alignment); dev loss per frame and
+  frame accuracy, plus greedy WER when the classes are the tokenizer's units (blank = 0).
+
+Public API: :class:`Objective`, :class:`CtcObjective`, :class:`FrameCEObjective`,
+:func:`build_objective`, :data:`OBJECTIVES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+from asrkit.decoding.greedy import greedy_ctc
+from asrkit.errors import ConfigError
+from asrkit.scoring import score_texts
+from asrkit.targets.tokenizer import Tokenizer
+from asrkit.training.data import Batch
+
+#: Frame-target value of padding (and of frames without a label): ignored by the loss.
+IGNORE = -1
+
+
+class Objective:
+    """A loss over batches and the dev metrics that go with it."""
+
+    name = ""
+    #: Which model output the greedy decoder reads (``ctc`` or ``frame``), or None.
+    decodes_from: str | None = None
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """The summed loss / ``batch.norm``."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def validate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
+                 texts: dict[str, str]) -> dict[str, float]:
+        """Dev metrics: ``loss`` always; ``wer`` (%) against ``texts`` (utterance ->
+        transcript) when the output decodes to words."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _wer(batch: Batch, scores: torch.Tensor, lengths: torch.Tensor, tokenizer: Tokenizer,
+             ref: dict[str, list[str]], hyp: dict[str, list[str]], texts: dict[str, str]) -> None:
+        for utt, ids in zip(batch.utts, greedy_ctc(scores, lengths), strict=True):
+            hyp[utt] = tokenizer.decode(ids).split()
+            ref[utt] = texts[utt].split()
+
+
+class CtcObjective(Objective):
+    """CTC on token targets (``zero_infinity`` guards inputs too short for their targets)."""
+
+    name = "ctc"
+    decodes_from = "ctc"
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        out = model(batch.feats, batch.lengths)
+        return nn.functional.ctc_loss(out["ctc"].transpose(0, 1), batch.targets, out["lengths"],
+                                      batch.target_lengths, blank=0, reduction="sum",
+                                      zero_infinity=True) / batch.norm
+
+    @torch.no_grad()
+    def validate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
+                 texts: dict[str, str]) -> dict[str, float]:
+        total, count = 0.0, 0
+        ref: dict[str, list[str]] = {}
+        hyp: dict[str, list[str]] = {}
+        for batch in batches:
+            out = model(batch.feats, batch.lengths)
+            total += float(nn.functional.ctc_loss(
+                out["ctc"].transpose(0, 1), batch.targets, out["lengths"], batch.target_lengths,
+                blank=0, reduction="sum", zero_infinity=True))
+            count += len(batch.utts)
+            self._wer(batch, out["ctc"], out["lengths"], tokenizer, ref, hyp, texts)
+        return {"loss": total / max(count, 1), "wer": score_texts(ref, hyp).words.wer}
+
+
+class FrameCEObjective(Objective):
+    """Frame cross-entropy of the ``frame`` head on ``batch.frame_targets`` ``(B, T')``.
+
+    Args:
+        token_classes: the classes are the tokenizer's units with blank 0 (alignments made
+            by the forced-alignment stage), so the frame head also decodes to words.
+    """
+
+    name = "ce"
+
+    def __init__(self, *, token_classes: bool = False) -> None:
+        self.token_classes = token_classes
+        self.decodes_from = "frame" if token_classes else None
+
+    @staticmethod
+    def _logits(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        out = model(batch.feats, batch.lengths)
+        if "frame" not in out:
+            raise ConfigError("objective=ce needs the model's frame-classification head; set "
+                              "model.num_classes to the number of alignment classes")
+        if batch.frame_targets is None:
+            raise ConfigError("objective=ce needs alignment targets; set align.train and "
+                              "align.dev (see README: Alignment targets)")
+        logits = out["frame"][:, : batch.frame_targets.shape[1]]
+        return logits, out["lengths"]
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        logits, _ = self._logits(model, batch)
+        return nn.functional.cross_entropy(logits.flatten(0, 1), batch.frame_targets.flatten(),
+                                           ignore_index=IGNORE, reduction="sum") / batch.norm
+
+    @torch.no_grad()
+    def validate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
+                 texts: dict[str, str]) -> dict[str, float]:
+        total, frames, correct = 0.0, 0, 0
+        ref: dict[str, list[str]] = {}
+        hyp: dict[str, list[str]] = {}
+        for batch in batches:
+            logits, lengths = self._logits(model, batch)
+            targets = batch.frame_targets
+            total += float(nn.functional.cross_entropy(
+                logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum"))
+            valid = targets != IGNORE
+            frames += int(valid.sum())
+            correct += int(((logits.argmax(dim=-1) == targets) & valid).sum())
+            if self.token_classes:
+                self._wer(batch, logits, lengths, tokenizer, ref, hyp, texts)
+        metrics = {"loss": total / max(frames, 1),
+                   "frame_acc": 100.0 * correct / max(frames, 1)}
+        if self.token_classes:
+            metrics["wer"] = score_texts(ref, hyp).words.wer
+        return metrics
+
+
+#: name -> factory taking ``token_classes`` (whether frame classes are tokenizer units).
+OBJECTIVES: dict[str, Callable[[bool], Objective]] = {
+    "ctc": lambda token_classes: CtcObjective(),
+    "ce": lambda token_classes: FrameCEObjective(token_classes=token_classes),
+}
+
+
+def build_objective(name: str, *, token_classes: bool = False) -> Objective:
+    """The objective called ``name`` (``ctc`` or ``ce``)."""
+    if name not in OBJECTIVES:
+        raise ConfigError(f"objective={name!r} is unknown; choose one of {sorted(OBJECTIVES)}")
+    return OBJECTIVES[name](token_classes)

@@ -1,0 +1,212 @@
+"""Frame targets: CTC forced alignment, Kaldi alignment dirs, CE training, log-likelihoods."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asrkit.data.datadir import read_kaldi_map
+from asrkit.data.kaldi_ark import kaldi_io
+from asrkit.decoding.greedy import greedy_ctc
+from asrkit.errors import ConfigError
+from asrkit.models import ModelConfig, build_model
+from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
+from asrkit.targets.alignments import AlignmentCheckConfig, check_alignments, read_alignments
+from asrkit.targets.forced_align import (
+    class_counts,
+    ctc_forced_align,
+    log_priors,
+    write_alignment_dir,
+    write_counts,
+)
+from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
+from asrkit.training.data import Utterance, attach_alignments, collate
+from asrkit.training.objectives import FrameCEObjective, build_objective
+from asrkit.training.trainer import Trainer
+from tests.conftest import make_data_dir, run_cli
+
+TEXTS = {"a-1": "A B C", "a-2": "TWO THREE", "b-1": "YES NO", "b-2": "ERASE F G", "b-3": "GO"}
+
+
+@pytest.fixture
+def tokenizer(tmp_path: Path) -> Tokenizer:
+    return train_tokenizer(TEXTS, tmp_path / "tok", TokenizerConfig(kind="char"))
+
+
+def _utts(tokenizer: Tokenizer, *, dim: int = 8, seed: int = 0) -> list[Utterance]:
+    """Seeded features whose frames carry their token (4 frames each, then 2 of silence),
+    with the matching frame labels (token id, blank 0 for silence)."""
+    rng = np.random.default_rng(seed)
+    utts = []
+    for utt, text in TEXTS.items():
+        tokens = np.asarray(tokenizer.encode(text), dtype=np.int64)
+        frames, labels = [], []
+        for t in tokens:
+            proto = np.sin(np.arange(dim) * (int(t) + 1) * 0.37)
+            frames += [proto + 0.05 * rng.standard_normal(dim) for _ in range(4)]
+            frames += [0.05 * rng.standard_normal(dim) for _ in range(2)]
+            labels += [int(t)] * 4 + [0, 0]
+        utts.append(Utterance(utt, np.asarray(frames, dtype=np.float32), tokens, text,
+                              ali=np.asarray(labels, dtype=np.int64)))
+    return utts
+
+
+def test_forced_alignment_is_a_ctc_path_of_the_transcript() -> None:
+    torch.manual_seed(0)
+    log_probs = torch.randn(20, 6).log_softmax(-1)
+    tokens = [3, 1, 1, 5]
+    path = ctc_forced_align(log_probs, tokens)
+    assert path is not None and path.shape == (20,) and path.dtype == np.int32
+    # Collapsing the path (merge repeats, drop blanks) gives the transcript back.
+    one_hot = torch.nn.functional.one_hot(torch.from_numpy(path).long(), 6)[None].float()
+    assert greedy_ctc(one_hot, torch.tensor([20]))[0] == tokens
+    # Repeated tokens need a blank between them: 4 tokens + 1 repeat need 5 frames.
+    assert ctc_forced_align(log_probs[:4], tokens) is None
+    assert ctc_forced_align(log_probs[:5], tokens) is not None
+    assert ctc_forced_align(log_probs, []) is None
+
+
+def test_alignment_dir_round_trip(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    rng = np.random.default_rng(1)
+    alis = {f"spk{i % 2}-utt{i}": rng.integers(0, 7, size=int(rng.integers(3, 30))).astype(np.int32)
+            for i in range(9)}
+    out = write_alignment_dir(tmp_path / "ali_train", alis, subsampling_factor=3, num_classes=7,
+                              tokenizer_dir=tmp_path / "tok")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "ali.ark", "ali.scp", "frame_subsampling_factor", "num_classes", "tokenizer"]
+    assert not (tmp_path / "ali_train.tmp").exists()
+    assert (out / "frame_subsampling_factor").read_text() == "3\n"
+    # The ark reads with kaldi-io directly, through its scp offsets, and through asrkit.
+    direct = dict(kaldi_io.read_vec_int_ark(str(out / "ali.ark")))
+    via_scp = {utt: kaldi_io.read_vec_int(rx) for utt, rx in read_kaldi_map(out / "ali.scp").items()}
+    loaded = read_alignments(str(out))
+    for got in (direct, via_scp, loaded):
+        assert sorted(got) == sorted(alis)
+        for utt, labels in alis.items():
+            assert np.array_equal(got[utt], labels), utt
+    # Kaldi's binary int-vector layout: key, space, \0B, \4 + int32 size, (\4 + int32)*.
+    data = (out / "ali.ark").read_bytes()
+    first = sorted(alis)[0]
+    n = alis[first].size
+    head = f"{first} ".encode() + b"\0B\4" + np.int32(n).tobytes()
+    assert data.startswith(head)
+    assert data[len(head):len(head) + 5] == b"\4" + np.int32(alis[first][0]).tobytes()
+
+
+def test_counts_and_priors(tmp_path: Path) -> None:
+    counts = class_counts({"a": np.array([0, 0, 1, 2]), "b": np.array([2, 2])}, 4)
+    assert counts.tolist() == [2, 1, 3, 0]
+    priors = log_priors(counts)
+    assert np.allclose(np.exp(priors[:3]), [2 / 6, 1 / 6, 3 / 6], atol=1e-6)
+    assert np.isfinite(priors[3])  # unseen class: floored, not -inf
+    write_counts(tmp_path / "ali_train_pdf.counts", counts)
+    assert (tmp_path / "ali_train_pdf.counts").read_text() == "[ 2 1 3 0 ]\n"
+
+
+def test_attach_alignments_subsamples_to_the_model_rate() -> None:
+    utts = [Utterance("u1", np.zeros((7, 2), np.float32), np.zeros(1, np.int64)),
+            Utterance("u2", np.zeros((5, 2), np.float32), np.zeros(1, np.int64))]
+    labels = {"u1": np.arange(7)}
+    kept = attach_alignments(utts, labels, factor=1, model_subsample=3, source="x")
+    assert [u.utt for u in kept] == ["u1"] and kept[0].ali.tolist() == [0, 3, 6]
+    with pytest.raises(ConfigError, match="multiple of 3"):
+        attach_alignments(utts, labels, factor=3, model_subsample=1, source="x")
+
+
+def test_ce_loss_falls_and_frame_head_decodes(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    torch.manual_seed(0)
+    utts = _utts(tokenizer)
+    batch = collate(utts)
+    assert batch.frame_targets.shape == (5, max(u.ali.size for u in utts))
+    assert int((batch.frame_targets == -1).sum()) == sum(batch.frame_targets.shape[1] - u.ali.size
+                                                         for u in utts)
+    num_classes = tokenizer.num_tokens + 1
+    model = build_model(ModelConfig(size="tiny", num_classes=num_classes), input_dim=8,
+                        num_tokens=tokenizer.num_tokens)
+    objective = build_objective("ce", token_classes=True)
+    assert isinstance(objective, FrameCEObjective) and objective.decodes_from == "frame"
+    trainer = Trainer(model, utts, utts, tokenizer=tokenizer, exp_dir=tmp_path / "exp",
+                      cfg=TrainConfig(epochs=60, max_frames=10_000, max_batch=8, progress=False,
+                                      device="cpu", keep_checkpoints=1),
+                      optim=OptimConfig(lr=1e-2), schedule=ScheduleConfig(warmup_steps=0),
+                      specaug=SpecAugConfig(enabled=False), meta={"model": model.args}, seed=0,
+                      objective=objective)
+    before = trainer.validate()
+    trainer.fit()
+    after = trainer.validate()
+    assert set(after) == {"loss", "frame_acc", "wer"}
+    assert after["loss"] < 0.5 * before["loss"]
+    assert after["frame_acc"] > 80.0 > before["frame_acc"] + 30 and after["wer"] < before["wer"], (before, after)
+
+
+def test_ce_without_frame_head_or_targets_is_a_config_error(tokenizer: Tokenizer) -> None:
+    utts = _utts(tokenizer)
+    model = build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=tokenizer.num_tokens)
+    with pytest.raises(ConfigError, match="model.num_classes"):
+        FrameCEObjective().loss(model, collate(utts))
+    model = build_model(ModelConfig(size="tiny", num_classes=4), input_dim=8,
+                        num_tokens=tokenizer.num_tokens)
+    for u in utts:
+        u.ali = None
+    with pytest.raises(ConfigError, match="align.train"):
+        FrameCEObjective().loss(model, collate(utts))
+    with pytest.raises(ConfigError, match="objective='mmi'"):
+        build_objective("mmi")
+
+
+def _recipe(tmp_path: Path, exp: str, first: int, last: int, *extra: str):
+    return run_cli("run", "--stage", str(first), "--stop-stage", str(last),
+                   f"data_root={tmp_path / 'data'}", f"feats_root={tmp_path / 'fbank'}",
+                   f"exp_dir={tmp_path / exp}", "features.nj=1", "model=tiny", "train.epochs=2",
+                   "train.progress=false", "features.num_mel_bins=23", *extra)
+
+
+def test_align_ce_training_and_loglikes_stages(tmp_path: Path) -> None:
+    """CTC model -> forced alignments (stage 6) -> CE model (stage 4) -> decode (5) ->
+    log-likelihoods (7), on a seeded fixture."""
+    for i, name in enumerate(("train", "train_dev", "test")):
+        make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
+    result = _recipe(tmp_path, "ctc", 2, 7)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ctc = tmp_path / "ctc"
+    for name in ("train", "train_dev"):
+        ali_dir = ctc / f"ali_{name}"
+        alis = read_alignments(str(ali_dir))
+        frames = {utt: m.shape[0] for utt, m in kaldi_io.read_mat_scp(
+            str(tmp_path / "data" / name / "feats.scp"))}
+        assert sorted(alis) == sorted(frames)
+        _, report = check_alignments(alis, frames, AlignmentCheckConfig(), source=str(ali_dir))
+        assert report.usable and not report.fixed, report.summary()
+    num_classes = int((ctc / "ali_train" / "num_classes").read_text())
+    counts = (ctc / "ali_train_pdf.counts").read_text().split()
+    assert counts[0] == "[" and counts[-1] == "]" and len(counts) == num_classes + 2
+    mats = dict(kaldi_io.read_mat_ark(str(ctc / "loglikes_test" / "loglikes.ark")))
+    test_frames = {utt: m.shape[0] for utt, m in kaldi_io.read_mat_scp(
+        str(tmp_path / "data" / "test" / "feats.scp"))}
+    assert sorted(mats) == sorted(test_frames)
+    for utt, mat in mats.items():
+        assert mat.shape == (test_frames[utt], num_classes)  # tiny model: no subsampling
+
+    result = _recipe(tmp_path, "ce", 4, 7, "objective=ce", f"align.train={ctc / 'ali_train'}",
+                     f"align.dev={ctc / 'ali_train_dev'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    ce = tmp_path / "ce"
+    assert (ce / "tokenizer" / "units.txt").read_bytes() == (ctc / "tokenizer" / "units.txt").read_bytes()
+    assert "test: %WER " in result.stdout
+    log = (ce / "log" / "run.log").read_text()
+    assert "frame accuracy" in log and "stage 6 skipped" in log
+    mats = dict(kaldi_io.read_mat_ark(str(ce / "loglikes_test" / "loglikes.ark")))
+    assert all(m.shape == (test_frames[u], num_classes) for u, m in mats.items())
+
+
+def test_ce_with_missing_alignments_is_one_line_error(tmp_path: Path) -> None:
+    for i, name in enumerate(("train", "train_dev", "test")):
+        make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
+    result = _recipe(tmp_path, "ce", 2, 4, "objective=ce", f"align.train={tmp_path / 'nowhere'}")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("asrkit: error:")]
+    assert len(errors) == 1 and "nowhere" in errors[0]
+    assert result.stderr.strip().splitlines()[-1] == errors[0]
