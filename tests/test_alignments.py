@@ -2,13 +2,12 @@
 
 The files are produced byte for byte as Kaldi's binaries write them: int-vector archives
 through kaldi-io's writer (the layout is asserted below), text archives as
-``copy-int-vector ark:- ark,t:-`` prints them, compressed feature matrices through a
-small encoder of Kaldi's CompressedMatrix formats written here.
+``copy-int-vector ark:- ark,t:-`` prints them, feature matrices (compressed ones through a
+small encoder of Kaldi's CompressedMatrix formats) by :mod:`tests.kaldi_fixtures`.
 """
 
 from __future__ import annotations
 
-import gzip
 import struct
 from pathlib import Path
 
@@ -24,6 +23,17 @@ from asrkit.targets import (
     check_alignments,
     read_alignments,
     read_frame_counts,
+)
+from tests.kaldi_fixtures import (
+    cm_error_bound,
+    compress,
+    from_u16,
+    global_header,
+    random_features,
+    read_cm_with_kaldi_io,
+    text_mat_ark,
+    write_gz,
+    write_mat_ark,
 )
 
 # --- writers: what Kaldi's binaries produce -------------------------------------------------
@@ -54,104 +64,12 @@ def _text_int_ark(alignments: dict[str, np.ndarray]) -> str:
     return "".join(f"{utt} " + "".join(f"{v} " for v in ali) + "\n" for utt, ali in alignments.items())
 
 
-def _write_gz(path: Path, data: bytes) -> Path:
-    with gzip.open(path, "wb") as handle:
-        handle.write(data)
-    return path
-
-
-def _features(seed: int, rows: dict[str, int], *, dim: int = 5) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {utt: rng.normal(0, 3, size=(n, dim)).astype(np.float32) for utt, n in rows.items()}
-
-
-def _write_mat_ark(path: Path, mats: dict[str, np.ndarray]) -> dict[str, int]:
-    offsets = {}
-    with open(path, "wb") as handle:
-        for utt, mat in mats.items():
-            offsets[utt] = handle.tell() + len(utt) + 1
-            kaldi_io.write_mat(handle, mat, key=utt)
-    return offsets
-
-
-def _text_mat_ark(mats: dict[str, np.ndarray]) -> str:
-    # Kaldi's Matrix::Write in text mode: " [", each row as "\n  v v v ", then "]\n".
-    out = []
-    for utt, mat in mats.items():
-        body = "".join("\n  " + "".join(f"{v:g} " for v in row) for row in mat)
-        out.append(f"{utt}  [{body}]\n")
-    return "".join(out)
-
-
 def _write_data_dir(path: Path, frames: dict[str, int], *, feats_scp: str | None = None) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "utt2num_frames").write_text("".join(f"{u} {n}\n" for u, n in sorted(frames.items())))
     if feats_scp is not None:
         (path / "feats.scp").write_text(feats_scp)
     return path
-
-
-# --- a test-only encoder of Kaldi's CompressedMatrix ------------------------------------------
-
-
-def _to_u16(value: np.ndarray, low: np.float32, span: np.float32) -> np.ndarray:
-    frac = np.clip((value.astype(np.float32) - low) / span, 0.0, 1.0)
-    return (frac * 65535 + 0.499).astype(np.int64)
-
-
-def _from_u16(q: np.ndarray, low: np.float32, span: np.float32) -> np.ndarray:
-    return (low + span * np.float32(1.52590218966964e-05) * q).astype(np.float32)
-
-
-def _global_header(mat: np.ndarray) -> tuple[np.float32, np.float32, bytes]:
-    low, high = np.float32(mat.min()), np.float32(mat.max())
-    if high == low:
-        high = low + np.float32(1.0 + abs(low))
-    span = np.float32(high - low)
-    return low, span, struct.pack("<ffii", low, span, *mat.shape)
-
-
-def _compress(mat: np.ndarray, token: str) -> bytes:
-    """``\\0B`` + token + Kaldi's CompressedMatrix payload (GlobalHeader without its format field).
-
-    ``CM`` (kOneByteWithColHeaders): per column 4 uint16 percentiles, then the column's bytes,
-    column-major; ``CM2`` (kTwoByte): uint16 per element, row-major; ``CM3`` (kOneByte): uint8.
-    """
-    rows, cols = mat.shape
-    low, span, header = _global_header(mat)
-    if token == "CM2":
-        return b"\0BCM2 " + header + _to_u16(mat, low, span).astype("<u2").tobytes()
-    if token == "CM3":
-        q = np.clip(((mat - low) / span * 255 + 0.5).astype(np.int64), 0, 255)
-        return b"\0BCM3 " + header + q.astype(np.uint8).tobytes()
-    assert token == "CM" and rows >= 5
-    col_headers, col_bytes = [], []
-    for c in range(cols):
-        column = mat[:, c]
-        ordered, quarter = np.sort(column), rows // 4
-        p = [int(_to_u16(ordered[0], low, span))]
-        for idx in (quarter, 3 * quarter, rows - 1):  # strictly increasing, as Kaldi makes them
-            p.append(max(int(_to_u16(ordered[idx], low, span)), p[-1] + 1))
-        col_headers.append(struct.pack("<4H", *p))
-        p0, p25, p75, p100 = _from_u16(np.array(p), low, span)
-        code = np.where(
-            column < p25, np.clip(np.floor((column - p0) / (p25 - p0) * 64 + 0.5), 0, 64),
-            np.where(column < p75, 64 + np.clip(np.floor((column - p25) / (p75 - p25) * 128 + 0.5), 0, 128),
-                     192 + np.clip(np.floor((column - p75) / (p100 - p75) * 63 + 0.5), 0, 63)))
-        col_bytes.append(code.astype(np.uint8).tobytes())
-    return b"\0BCM " + header + b"".join(col_headers) + b"".join(col_bytes)
-
-
-def _cm_error_bound(mat: np.ndarray) -> np.ndarray:
-    """Per column: half the widest step of the piecewise-linear byte code, plus uint16 rounding."""
-    low, span, _ = _global_header(mat)
-    bounds = []
-    for column in mat.T:
-        ordered, quarter = np.sort(column), len(column) // 4
-        p0, p25, p75, p100 = ordered[[0, quarter, 3 * quarter, -1]]
-        step = max((p25 - p0) / 64, (p75 - p25) / 128, (p100 - p75) / 63)
-        bounds.append(step / 2 + 4 * span / 65535)
-    return np.array(bounds, dtype=np.float32)
 
 
 # --- the Kaldi int-vector format --------------------------------------------------------------
@@ -187,7 +105,7 @@ def test_text_vectors_with_brackets_and_empty_ones(tmp_path: Path) -> None:
 
 def test_gzipped_archive_through_a_pipe_and_as_a_bare_path(tmp_path: Path) -> None:
     alis = _alignments(1, {"c-1": 5, "c-2": 9})
-    gz = _write_gz(tmp_path / "ali.1.gz", _int_ark_bytes(alis, tmp_path))
+    gz = write_gz(tmp_path / "ali.1.gz", _int_ark_bytes(alis, tmp_path))
     for source in (f"ark:gunzip -c {gz} |", str(gz), f"ark:{gz}"):
         got = read_alignments(source)
         assert {u: a.tolist() for u, a in got.items()} == {u: a.tolist() for u, a in alis.items()}
@@ -212,7 +130,7 @@ def _ali_dir(tmp_path: Path, parts: list[dict[str, np.ndarray]], *, factor: int 
     ali_dir = tmp_path / "exp" / "tri3_ali"
     ali_dir.mkdir(parents=True)
     for job, alis in enumerate(parts, start=1):
-        _write_gz(ali_dir / f"ali.{job}.gz", _int_ark_bytes(alis, tmp_path))
+        write_gz(ali_dir / f"ali.{job}.gz", _int_ark_bytes(alis, tmp_path))
     if factor is not None:
         (ali_dir / "frame_subsampling_factor").write_text(f"{factor}\n")
     if num_classes is not None:
@@ -252,7 +170,7 @@ def test_truncated_archive_names_file_and_last_good_utterance(tmp_path: Path) ->
     assert str(tmp_path / "cut.ark") in message and "truncated" in message
     assert "'g-3'" in message and "last good utterance: 'g-2'" in message
 
-    gz = _write_gz(tmp_path / "ali.1.gz", data)
+    gz = write_gz(tmp_path / "ali.1.gz", data)
     (tmp_path / "cut.1.gz").write_bytes(gz.read_bytes()[:-30])
     with pytest.raises(DataError, match=r"cut\.1\.gz: .*(truncated|cannot read)"):
         read_alignments(str(tmp_path / "cut.1.gz"))
@@ -262,7 +180,7 @@ def test_garbage_and_wrong_kind_of_archive(tmp_path: Path) -> None:
     (tmp_path / "noise.bin").write_bytes(np.random.default_rng(7).bytes(6000))
     with pytest.raises(DataError, match="noise.bin: .*not a Kaldi"):
         read_alignments(str(tmp_path / "noise.bin"))
-    _write_mat_ark(tmp_path / "feats.ark", _features(7, {"h-1": 4}))
+    write_mat_ark(tmp_path / "feats.ark", random_features(7, {"h-1": 4}))
     with pytest.raises(DataError, match=r"feats\.ark: utterance 'h-1': holds a 'FM' object, not an "
                                         r"int32 vector"):
         read_alignments(f"ark:{tmp_path / 'feats.ark'}")
@@ -310,31 +228,22 @@ def test_stale_scp_offset(tmp_path: Path) -> None:
 
 def test_compressed_matrix_cm_decodes_in_kaldi_io_within_quantisation_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    mat = _features(11, {"k": 40}, dim=6)["k"]
-    (tmp_path / "cm.ark").write_bytes(b"k-1 " + _compress(mat, "CM"))
-    # kaldi-io 0.9.8's CM decoder calls np.reshape(..., newshape=...), a keyword numpy 2.4
-    # removed (TypeError); accept it for this cross-check of the encoder against kaldi-io.
-    reshape = np.reshape
-
-    def reshape_with_newshape(a: np.ndarray, *args: object, newshape: object = None,
-                              **kwargs: object) -> np.ndarray:
-        return reshape(a, newshape, **kwargs) if newshape is not None else reshape(a, *args, **kwargs)
-
-    monkeypatch.setattr(np, "reshape", reshape_with_newshape)
-    decoded = dict(kaldi_io.read_mat_ark(str(tmp_path / "cm.ark")))["k-1"]
+    mat = random_features(11, {"k": 40}, dim=6)["k"]
+    (tmp_path / "cm.ark").write_bytes(b"k-1 " + compress(mat, "CM"))
+    decoded = read_cm_with_kaldi_io(tmp_path / "cm.ark", monkeypatch)["k-1"]
     assert decoded.shape == mat.shape
     error = np.abs(decoded - mat)
-    assert (error <= _cm_error_bound(mat)[None, :]).all(), error.max(axis=0)
+    assert (error <= cm_error_bound(mat)[None, :]).all(), error.max(axis=0)
     assert error.max() > 0  # it really is quantised
 
 
 def test_compressed_matrix_cm2_cm3_layout(tmp_path: Path) -> None:
-    mat = _features(12, {"k": 9}, dim=4)["k"]
-    low, span, _ = _global_header(mat)
-    payload = _compress(mat, "CM2")
+    mat = random_features(12, {"k": 9}, dim=4)["k"]
+    low, span, _ = global_header(mat)
+    payload = compress(mat, "CM2")
     q = np.frombuffer(payload[len(b"\0BCM2 ") + 16:], dtype="<u2").reshape(mat.shape)
-    assert np.abs(_from_u16(q, low, span) - mat).max() <= span / 65535
-    q3 = np.frombuffer(_compress(mat, "CM3")[len(b"\0BCM3 ") + 16:], dtype=np.uint8).reshape(mat.shape)
+    assert np.abs(from_u16(q, low, span) - mat).max() <= span / 65535
+    q3 = np.frombuffer(compress(mat, "CM3")[len(b"\0BCM3 ") + 16:], dtype=np.uint8).reshape(mat.shape)
     assert np.abs(low + span / 255 * q3 - mat).max() <= span / 255
     # kaldi-io 0.9.8 decodes only CM (it asserts the token is 'CM '), so frame counts
     # must not rely on it for CM2/CM3.
@@ -345,19 +254,19 @@ def test_compressed_matrix_cm2_cm3_layout(tmp_path: Path) -> None:
 
 def test_frame_counts_from_every_matrix_kind(tmp_path: Path) -> None:
     rows = {"m-1": 7, "m-2": 12, "m-3": 5, "m-4": 9, "m-5": 6, "m-6": 8}
-    mats = _features(13, rows)
+    mats = random_features(13, rows)
     mats["m-2"] = mats["m-2"].astype(np.float64)
     # Binary float and double matrices, then the compressed kinds, in one archive.
-    offsets = _write_mat_ark(tmp_path / "feats.ark", {u: mats[u] for u in ("m-1", "m-2")})
+    offsets = write_mat_ark(tmp_path / "feats.ark", {u: mats[u] for u in ("m-1", "m-2")})
     with open(tmp_path / "feats.ark", "ab") as handle:
         for utt, token in (("m-3", "CM"), ("m-4", "CM2"), ("m-5", "CM3")):
             offsets[utt] = handle.tell() + len(utt) + 1
-            handle.write(f"{utt} ".encode() + _compress(mats[utt], token))
-    (tmp_path / "text.ark").write_text(_text_mat_ark({"m-6": mats["m-6"]}))
+            handle.write(f"{utt} ".encode() + compress(mats[utt], token))
+    (tmp_path / "text.ark").write_text(text_mat_ark({"m-6": mats["m-6"]}))
     binary_rows = {u: n for u, n in rows.items() if u != "m-6"}
     assert read_frame_counts(f"ark:{tmp_path / 'feats.ark'}") == binary_rows
     assert read_frame_counts(f"ark,t:{tmp_path / 'text.ark'}") == {"m-6": 8}
-    gz = _write_gz(tmp_path / "feats.ark.gz", (tmp_path / "feats.ark").read_bytes())
+    gz = write_gz(tmp_path / "feats.ark.gz", (tmp_path / "feats.ark").read_bytes())
     assert read_frame_counts(f"ark:gunzip -c {gz} |") == binary_rows
 
     scp = [f"{u} {tmp_path / 'feats.ark'}:{offsets[u]}" for u in binary_rows]
@@ -369,7 +278,7 @@ def test_frame_counts_from_every_matrix_kind(tmp_path: Path) -> None:
 
 def test_frame_counts_from_a_data_dir(tmp_path: Path) -> None:
     rows = {"n-1": 4, "n-2": 6}
-    offsets = _write_mat_ark(tmp_path / "raw.ark", _features(14, rows))
+    offsets = write_mat_ark(tmp_path / "raw.ark", random_features(14, rows))
     scp = "".join(f"{u} {tmp_path / 'raw.ark'}:{offsets[u]}\n" for u in rows)
     data = _write_data_dir(tmp_path / "data", {"n-1": 4, "n-2": 6}, feats_scp=scp)
     assert read_frame_counts(str(data)) == rows  # utt2num_frames
@@ -381,7 +290,7 @@ def test_frame_counts_from_a_data_dir(tmp_path: Path) -> None:
 
 
 def test_truncated_feature_archive(tmp_path: Path) -> None:
-    _write_mat_ark(tmp_path / "feats.ark", _features(15, {"o-1": 4, "o-2": 30}))
+    write_mat_ark(tmp_path / "feats.ark", random_features(15, {"o-1": 4, "o-2": 30}))
     data = (tmp_path / "feats.ark").read_bytes()
     (tmp_path / "feats.ark").write_bytes(data[:-8])
     with pytest.raises(DataError, match=r"feats\.ark: utterance 'o-2': truncated.*\(last good "

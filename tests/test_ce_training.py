@@ -139,7 +139,8 @@ def test_ce_loss_falls_and_frame_head_decodes(tmp_path: Path, tokenizer: Tokeniz
     after = trainer.validate()
     assert set(after) == {"loss", "frame_acc", "wer"}
     assert after["loss"] < 0.5 * before["loss"]
-    assert after["frame_acc"] > 80.0 > before["frame_acc"] + 30 and after["wer"] < before["wer"], (before, after)
+    assert after["frame_acc"] > 80.0 > before["frame_acc"] + 30, (before, after)
+    assert after["wer"] < before["wer"], (before, after)
 
 
 def test_ce_without_frame_head_or_targets_is_a_config_error(tokenizer: Tokenizer) -> None:

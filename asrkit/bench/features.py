@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torchaudio.compliance.kaldi as kaldi
 
-from asrkit.data import load_audio, read_data_dir
+from asrkit.data import load_audio, read_data_dir, read_matrices
 from asrkit.features import FeatureConfig, compute_features_for_dir
 
 
@@ -54,9 +54,7 @@ def bench_features(data_dir: str | Path, *, repeats: int = 3) -> dict:
             began = time.perf_counter()
             compute_features_for_dir(copy, Path(tmp) / "fbank", FeatureConfig(nj=1))
             ours_times.append(time.perf_counter() - began)
-        from asrkit.data.kaldi_ark import kaldi_io
-
-        ours = dict(kaldi_io.read_mat_scp(str(copy / "feats.scp")))
+        ours = dict(read_matrices(f"scp:{copy / 'feats.scp'}"))
     diff = max(float(np.abs(ours[u] - ref).max()) for u, ref in zip(data.utt_ids, reference,
                                                                     strict=True))
     asrkit_s, baseline_s = min(ours_times), min(base_times)

@@ -1,4 +1,4 @@
-"""Kaldi data directories and audio input.
+"""Kaldi data directories, audio input and Kaldi matrix tables.
 
 Public API:
     - :class:`DataDir`, :func:`read_data_dir`, :func:`write_data_dir`,
@@ -7,6 +7,11 @@ Public API:
     - :func:`read_kaldi_map`, :func:`write_kaldi_map` — one ``key value`` file.
     - :func:`load_audio` — one ``wav.scp`` entry (path or ``cmd |`` pipe) as
       int16-range float samples and its sample rate.
+    - :func:`read_matrix`, :func:`read_matrices` — Kaldi feature / stats matrices from
+      an rxfilename (``file.ark:123[0:9]``, ``cmd |``) or a table (``scp:feats.scp``,
+      ``ark:gunzip -c x.gz |``): float, double, text and compressed (``CM``/``CM2``/``CM3``,
+      what ``make_fbank.sh`` writes by default); :func:`read_vector`, :func:`read_vectors`
+      for float vectors. Writing goes through :func:`asrkit.data.kaldi_ark.write_ark`.
 """
 
 from asrkit.data.audio import load_audio
@@ -19,6 +24,7 @@ from asrkit.data.datadir import (
     write_kaldi_map,
 )
 from asrkit.data.io import atomic_write, atomic_writer
+from asrkit.data.kaldi_table import read_matrices, read_matrix, read_vector, read_vectors
 
 __all__ = [
     "DataDir",
@@ -27,6 +33,10 @@ __all__ = [
     "load_audio",
     "read_data_dir",
     "read_kaldi_map",
+    "read_matrices",
+    "read_matrix",
+    "read_vector",
+    "read_vectors",
     "validate_data_dir",
     "write_data_dir",
     "write_kaldi_map",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asrkit.data.kaldi_ark import kaldi_io
+from asrkit.data.kaldi_table import read_matrix
 from asrkit.errors import DataError
 
 
@@ -41,9 +41,14 @@ def apply_cmvn(feats: np.ndarray, stats: np.ndarray, *, norm_vars: bool = True) 
 
 
 def read_cmvn(rxfile: str | Path) -> np.ndarray:
-    """Read one CMVN stats matrix (an ark holding a single entry, or ``ark:offset``)."""
+    """Read one CMVN stats matrix as float64 ``(2, D+1)``.
+
+    Args:
+        rxfile: a file holding one matrix (``cmvn_global.ark``) or an entry of ``cmvn.scp``
+            (``file.ark:offset``); any Kaldi matrix kind is accepted.
+    """
     try:
-        return np.asarray(kaldi_io.read_mat(str(rxfile)), dtype=np.float64)
-    except Exception as err:  # kaldi_io raises bare Exceptions and struct errors
+        return read_matrix(rxfile).astype(np.float64, copy=False)
+    except DataError as err:  # names rxfile and what is wrong with it
         raise DataError(f"{rxfile}: cannot read CMVN stats ({err}); recompute the features") \
             from None

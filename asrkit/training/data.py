@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from asrkit.data.datadir import read_data_dir, read_kaldi_map
-from asrkit.data.kaldi_ark import kaldi_io
+from asrkit.data.kaldi_table import read_matrix
 from asrkit.errors import ConfigError, DataError
 from asrkit.features.cmvn import apply_cmvn, cmvn_stats, read_cmvn
 from asrkit.targets.tokenizer import Tokenizer
@@ -118,10 +118,10 @@ def load_utterances(data_dir: str | Path, normalize: CmvnNormalizer, *,
     utts: list[Utterance] = []
     for utt, rxfile in feats_map.items():
         try:
-            mat = kaldi_io.read_mat(rxfile)
-        except Exception as err:  # kaldi_io raises bare Exceptions and struct errors
-            raise DataError(f"{scp}: utterance '{utt}': cannot read features from {rxfile} "
-                            f"({err}); rerun the feature stage") from None
+            mat = read_matrix(rxfile)
+        except DataError as err:  # names rxfile and what is wrong with it
+            raise DataError(f"{scp}: utterance '{utt}': cannot read features ({err}); rerun the "
+                            "feature stage") from None
         if input_dim is not None and mat.shape[1] != input_dim:
             raise DataError(f"{scp}: utterance '{utt}' has {mat.shape[1]}-dim features but the "
                             f"model expects {input_dim}; use the same feature settings as training")
