@@ -95,13 +95,11 @@ def test_delay_by_one_lr0_preserves_mean_and_reaches_consensus(tmp_path: Path, s
     for key in before:
         scale = float(before[key].abs().max()) + 1e-12
         assert float((after[key] - before[key]).abs().max()) / scale <= 1e-6, key
-    if staleness == 0:
-        assert _spread(states) < 0.05 * _spread(starts)
-    else:
-        # Averaging alone with one step of delay is only marginally stable: for a fixed pair
-        # the difference follows d(k+1) = d(k) - d(k-1), which neither grows nor decays;
-        # the gradients do the contracting in training. It must not blow up.
-        assert _spread(states) <= 1.01 * _spread(starts)
+    # Staleness 0 averages pairs exactly. Staleness 1 with its default weight 1/8 damps a
+    # pair's difference critically (~k 2^-k), more slowly across changing pairs; with the
+    # undamped weight 1/2 it would not shrink at all (tests/test_strategy_config.py).
+    assert _spread(states) < (0.05 if staleness == 0 else 0.35) * _spread(starts)
+
 
 
 def test_hybrid_groups_stay_identical_and_leaders_mix(tmp_path: Path) -> None:

@@ -96,3 +96,18 @@ def test_steady_rate_spans_first_step_to_last_step_of_all_learners() -> None:
     assert steady_rate(learners + [{"window": [None, 0.0], "window_samples": 0}]) == pytest.approx(3.0)
     assert steady_rate([{"window": [None, 0.0], "window_samples": 0}]) is None
     assert steady_rate([{"window": [5.0, 5.0], "window_samples": 0}]) is None
+
+
+def test_delay_by_one_merge_weight() -> None:
+    assert StrategyConfig(name="delay_by_one", staleness=0).merge_weight == 0.5
+    assert StrategyConfig(name="delay_by_one", staleness=1).merge_weight == 0.125
+    assert StrategyConfig(name="delay_by_one", staleness=1, mix_weight=0.5).merge_weight == 0.5
+    with pytest.raises(ConfigError, match="mix_weight"):
+        StrategyConfig(name="delay_by_one", mix_weight=0.7).check()
+    # The pair-difference recurrence d(k+1) = d(k) - 2w d(k-1): marginal at w = 1/2,
+    # contracting at the default 1/8.
+    for w, decays in ((0.5, False), (0.125, True)):
+        d = [1.0, 1.0]
+        for _ in range(60):
+            d.append(d[-1] - 2 * w * d[-2])
+        assert (max(abs(x) for x in d[-6:]) < 1e-6) == decays, w

@@ -58,6 +58,11 @@ class StrategyConfig:
         check_every: ADPSGD rounds between progress/stop all-reduces.
         final_consensus: average all replicas into one model at the end.
         staleness: delay-by-one: steps between starting an exchange and merging it (0 or 1).
+        mix_weight: delay-by-one: weight ``w`` of the merged partner difference,
+            ``x += w (x_j - x_i)``; 0 = automatic: 1/2 with staleness 0 (an exact pair
+            average), 1/8 with staleness 1 (with 1/2 a stale pair's difference follows
+            ``d(k+1) = d(k) - d(k-1)`` and never decays; 1/8 damps it critically, halving
+            it every step — see :mod:`asrkit.distributed.delay_by_one`).
         group_size: HYBRID: learners per all-reduce group (divides the learner count).
         straggler: simulated slow learners.
     """
@@ -76,6 +81,7 @@ class StrategyConfig:
     check_every: int = 1
     final_consensus: bool = True
     staleness: int = 1
+    mix_weight: float = 0.0
     group_size: int = 1
     straggler: StragglerConfig = field(default_factory=StragglerConfig)
 
@@ -105,6 +111,9 @@ class StrategyConfig:
                               f"number of learners, got {self.world_size}")
         if self.staleness not in (0, 1):
             raise ConfigError(f"strategy.staleness={self.staleness}; choose 0 or 1")
+        if not 0.0 <= self.mix_weight <= 0.5:
+            raise ConfigError(f"strategy.mix_weight={self.mix_weight} must be in (0, 0.5] "
+                              "(0 = automatic)")
         if self.name == "hybrid":
             groups, left = divmod(self.world_size, max(1, self.group_size))
             if self.group_size < 1 or left or (groups > 1 and groups % 2):
@@ -117,3 +126,10 @@ class StrategyConfig:
                               f"{self.world_size} learners; use -1 (the last) or a rank below that")
         if self.timeout_s <= 0:
             raise ConfigError(f"strategy.timeout_s={self.timeout_s} must be positive")
+
+    @property
+    def merge_weight(self) -> float:
+        """delay-by-one's weight of the partner difference (``mix_weight`` resolved)."""
+        if self.mix_weight > 0:
+            return self.mix_weight
+        return 0.5 if self.staleness == 0 else 0.125
