@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from asrkit.data.datadir import read_kaldi_map
+from asrkit.data.kaldi_ark import kaldi_io
+from asrkit.data.kaldi_table import read_matrices
+from asrkit.targets.alignments import read_alignments, read_frame_counts
 from tests.conftest import SHARED_AN4, make_data_dir, run_cli
 
 
@@ -75,7 +79,9 @@ def test_transcribe_errors_are_one_line(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not SHARED_AN4.is_dir(), reason=f"AN4 corpus not at {SHARED_AN4}")
 def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
-    """The `make demo` recipe on real AN4 (minutes): test WER within the demo target."""
+    """The `make demo` recipe on real AN4 (minutes): test WER within the demo target; the
+    forced alignments load back and pass the alignment checks against the AN4 features;
+    the log-likelihoods have one row per output frame and one column per class."""
     import re
     import subprocess
 
@@ -87,3 +93,18 @@ def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     wer = float(re.search(r"test: %WER ([\d.]+)", result.stdout).group(1))
     assert wer <= 20.0
+    exp = tmp_path / "exp"
+    for name in ("train", "train_dev"):
+        check = run_cli("check-alignments", str(exp / f"ali_{name}"), str(tmp_path / "data" / name))
+        assert check.returncode == 0, check.stdout + check.stderr
+        frames = {u: m.shape[0] for u, m in read_matrices(f"scp:{tmp_path / 'data' / name / 'feats.scp'}")}
+        alis = read_alignments(str(exp / f"ali_{name}"))
+        via_scp = read_alignments(f"scp:{exp / f'ali_{name}' / 'ali.scp'}")
+        assert sorted(alis) == sorted(via_scp) and len(alis) >= 0.99 * len(frames)
+        assert all(np.array_equal(alis[u], via_scp[u]) and alis[u].size == (frames[u] + 2) // 3
+                   for u in alis)
+    num_classes = int((exp / "ali_train" / "num_classes").read_text())
+    test_frames = read_frame_counts(str(tmp_path / "data" / "test"))
+    mats = dict(kaldi_io.read_mat_ark(str(exp / "loglikes_test" / "loglikes.ark")))
+    assert sorted(mats) == sorted(test_frames)
+    assert all(m.shape == ((test_frames[u] + 2) // 3, num_classes) for u, m in mats.items())
