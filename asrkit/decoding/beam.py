@@ -1,0 +1,91 @@
+"""CTC beam search with a lexicon and a word n-gram LM (flashlight-text via torchaudio).
+
+The lexicon spells every word in the model's units: a word's sentencepiece pieces
+without the word-boundary piece ``▁``, which plays the decoder's silence (word
+separator) token, so ``▁ H E L L O ▁ W O R L D`` reads as two lexicon words. Units that
+merge the boundary into a piece (``▁HE`` in unigram/bpe models) stay in the spelling.
+Without a lexicon the search runs over units alone (no word LM) and the best unit
+sequence is detokenised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from asrkit.data.io import atomic_write
+from asrkit.errors import ConfigError
+from asrkit.targets.tokenizer import BLANK, Tokenizer
+
+#: The sentencepiece word-boundary piece, used as the decoder's word separator.
+BOUNDARY = "\u2581"
+UNK_WORD = "<unk>"
+
+
+def spell(tokenizer: Tokenizer, word: str) -> list[str]:
+    """``word`` in the tokenizer's units, without a leading stand-alone boundary piece."""
+    units = tokenizer.units()
+    pieces = [units[i] for i in tokenizer.encode(word)]
+    if pieces and pieces[0] == BOUNDARY:
+        pieces = pieces[1:]
+    if not pieces or "<unk>" in pieces:
+        raise ConfigError(f"word {word!r} cannot be spelled with the tokenizer's units "
+                          f"({pieces}); the lexicon needs words made of known characters")
+    return pieces
+
+
+def write_lexicon(path: str | Path, words: Iterable[str], tokenizer: Tokenizer) -> int:
+    """Write a flashlight/Kaldi-style lexicon (``WORD u1 u2 ...`` per line); returns the
+    number of words. ``<unk>`` and ``<s>``/``</s>`` are left out (the LM has them)."""
+    lines = [f"{w} {' '.join(spell(tokenizer, w))}\n"
+             for w in sorted(set(words)) if w not in (UNK_WORD, "<s>", "</s>")]
+    atomic_write(path, "".join(lines))
+    return len(lines)
+
+
+class BeamSearch:
+    """Beam search over CTC log-probabilities ``(T', V)``.
+
+    Args:
+        tokenizer: the model's tokenizer (its units are the decoder's tokens).
+        lexicon: a lexicon file, or None for lexicon-free search over units.
+        lm: an ARPA (or KenLM binary) word LM used with the lexicon, or None.
+        beam_size, beam_threshold: hypotheses kept, and the score window they must be in.
+        lm_weight, word_score: LM scale and the score added per word (insertion penalty
+            when negative).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, *, lexicon: str | Path | None,
+                 lm: str | Path | None, beam_size: int = 50, beam_threshold: float = 25.0,
+                 lm_weight: float = 0.5, word_score: float = 0.0) -> None:
+        from torchaudio.models.decoder import ctc_decoder
+
+        if lm is not None and lexicon is None:
+            raise ConfigError("a word LM needs a lexicon (decode.lexicon); lexicon-free search "
+                              "runs without an LM")
+        for path in (lexicon, lm):
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"{path}: not found; run the language-model stage first")
+        if beam_size < 1:
+            raise ConfigError(f"decode.beam_size={beam_size} must be >= 1")
+        self.tokenizer = tokenizer
+        self.lexicon = lexicon
+        self._decoder = ctc_decoder(
+            lexicon=None if lexicon is None else str(lexicon), tokens=tokenizer.units(),
+            lm=None if lm is None else str(lm), beam_size=beam_size,
+            beam_threshold=beam_threshold, lm_weight=lm_weight if lm is not None else 0.0,
+            word_score=word_score, blank_token=BLANK, sil_token=BOUNDARY, unk_word=UNK_WORD,
+            sil_score=0.0, log_add=False)
+
+    def __call__(self, log_probs: torch.Tensor) -> str:
+        """The best transcript of one utterance's ``(T', V)`` CTC log-probabilities."""
+        emissions = log_probs.detach().float().cpu().contiguous()[None]
+        hyps = self._decoder(emissions, torch.tensor([emissions.shape[1]], dtype=torch.int32))[0]
+        if not hyps:
+            return ""
+        best = hyps[0]
+        if self.lexicon is not None:
+            return " ".join(w for w in best.words if w != UNK_WORD)
+        return self.tokenizer.decode(int(t) for t in best.tokens)
