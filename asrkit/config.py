@@ -24,6 +24,7 @@ from asrkit.decoding.config import DecodeConfig
 from asrkit.distributed.config import StrategyConfig
 from asrkit.errors import ConfigError
 from asrkit.features.extractors import FeatureConfig
+from asrkit.lm.config import LMConfig
 from asrkit.models.lstm import ModelConfig
 from asrkit.targets.align_config import AlignConfig
 from asrkit.targets.tokenizer import TokenizerConfig
@@ -93,6 +94,7 @@ class AsrkitConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     align: AlignConfig = field(default_factory=AlignConfig)
+    lm: LMConfig = field(default_factory=LMConfig)
 
 
 _registered = False
@@ -140,6 +142,16 @@ def compose(
     typed.train.check()
     typed.strategy.check()
     typed.align.check()
+    typed.decode.check()
+    typed.lm.check()
+    held_out = {typed.data.dev_set, *typed.data.test_sets}
+    leaked = sorted(held_out & {Path(e).name for e in typed.lm.sets})
+    if leaked:
+        raise ConfigError(f"lm.sets={typed.lm.sets} includes {leaked}: the LM must not see dev or "
+                          "test transcripts; train it on the training set (the default)")
+    if typed.decode.tune_set in typed.data.test_sets:
+        raise ConfigError(f"decode.tune_set={typed.decode.tune_set!r} is a test set; tune on the "
+                          f"dev set ({typed.data.dev_set})")
     if typed.objective not in OBJECTIVES:
         raise ConfigError(f"objective={typed.objective!r} is unknown; choose one of {sorted(OBJECTIVES)}")
     return cfg

@@ -191,7 +191,7 @@ def test_align_ce_training_and_loglikes_stages(tmp_path: Path) -> None:
     for utt, mat in mats.items():
         assert mat.shape == (test_frames[utt], num_classes)  # tiny model: no subsampling
 
-    result = _recipe(tmp_path, "ce", 4, 7, "objective=ce", f"align.train={ctc / 'ali_train'}",
+    result = _recipe(tmp_path, "ce", 3, 7, "objective=ce", f"align.train={ctc / 'ali_train'}",
                      f"align.dev={ctc / 'ali_train_dev'}")
     assert result.returncode == 0, result.stderr[-3000:]
     ce = tmp_path / "ce"

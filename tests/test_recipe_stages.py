@@ -42,7 +42,7 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
             assert (scoring / f).is_file()
         assert f"{name}: %WER " in result.stdout
     log = (exp / "log" / "run.log").read_text()
-    for stage in ("tokenizer", "train", "decode"):
+    for stage in ("lang", "train", "decode"):
         assert f"({stage}): done in" in log
 
     hyp = read_kaldi_map(exp / "decode_test" / "hyp", allow_empty_value=True)

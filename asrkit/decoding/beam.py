@@ -10,7 +10,10 @@ sequence is detokenised.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import os
+import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -63,21 +66,22 @@ class BeamSearch:
         from torchaudio.models.decoder import ctc_decoder
 
         if lm is not None and lexicon is None:
-            raise ConfigError("a word LM needs a lexicon (decode.lexicon); lexicon-free search "
-                              "runs without an LM")
+            raise ConfigError("a word LM needs a lexicon; lexicon-free search (decode=beam) runs "
+                              "without an LM")
         for path in (lexicon, lm):
             if path is not None and not Path(path).is_file():
-                raise ConfigError(f"{path}: not found; run the language-model stage first")
+                raise ConfigError(f"{path}: not found; run stage 3 (lang) first")
         if beam_size < 1:
             raise ConfigError(f"decode.beam_size={beam_size} must be >= 1")
         self.tokenizer = tokenizer
         self.lexicon = lexicon
-        self._decoder = ctc_decoder(
-            lexicon=None if lexicon is None else str(lexicon), tokens=tokenizer.units(),
-            lm=None if lm is None else str(lm), beam_size=beam_size,
-            beam_threshold=beam_threshold, lm_weight=lm_weight if lm is not None else 0.0,
-            word_score=word_score, blank_token=BLANK, sil_token=BOUNDARY, unk_word=UNK_WORD,
-            sil_score=0.0, log_add=False)
+        with _silenced():  # KenLM prints a loading banner and progress bar on stdout/stderr
+            self._decoder = ctc_decoder(
+                lexicon=None if lexicon is None else str(lexicon), tokens=tokenizer.units(),
+                lm=None if lm is None else str(lm), beam_size=beam_size,
+                beam_threshold=beam_threshold, lm_weight=lm_weight if lm is not None else 0.0,
+                word_score=word_score, blank_token=BLANK, sil_token=BOUNDARY, unk_word=UNK_WORD,
+                sil_score=0.0, log_add=False)
 
     def __call__(self, log_probs: torch.Tensor) -> str:
         """The best transcript of one utterance's ``(T', V)`` CTC log-probabilities."""
@@ -89,3 +93,21 @@ class BeamSearch:
         if self.lexicon is not None:
             return " ".join(w for w in best.words if w != UNK_WORD)
         return self.tokenizer.decode(int(t) for t in best.tokens)
+
+
+@contextlib.contextmanager
+def _silenced() -> Iterator[None]:
+    """Send file descriptors 1 and 2 to /dev/null (C++ libraries write there directly)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -79,18 +79,26 @@ class Recognizer:
             for b, utt in enumerate(batch.utts):
                 yield utt, result[head][b, : int(result["lengths"][b])].cpu()
 
-    def recognize(self, utts: Sequence[Utterance]) -> dict[str, str]:
-        """Transcripts of ``utts`` (features already normalised), batched by length."""
+    def posteriors(self, utts: Sequence[Utterance]) -> list[tuple[str, torch.Tensor]]:
+        """``(utterance, (T', V) log-probabilities)`` of the output that decodes to tokens."""
         head = self.decode_head
         if head is None:
             raise ConfigError(f"{self.exp_dir}: this CE model's classes are Kaldi pdf-ids, which "
                               "do not map to words here; write log-likelihoods (stage 7) and "
                               "decode them with Kaldi's latgen-faster-mapped")
-        out: dict[str, str] = {}
-        for utt, scores in self.outputs(utts, head):
-            ids = greedy_ctc(scores[None], torch.tensor([scores.shape[0]]))[0]
-            out[utt] = self.tokenizer.decode(ids)
-        return out
+        return [(utt, scores.log_softmax(dim=-1) if head == "frame" else scores)
+                for utt, scores in self.outputs(utts, head)]
+
+    def greedy(self, log_probs: torch.Tensor) -> str:
+        """The best-path transcript of one utterance's ``(T', V)`` log-probabilities."""
+        return self.tokenizer.decode(greedy_ctc(log_probs[None], torch.tensor([log_probs.shape[0]]))[0])
+
+    def recognize(self, utts: Sequence[Utterance],
+                  search: Callable[[torch.Tensor], str] | None = None) -> dict[str, str]:
+        """Transcripts of ``utts`` (features already normalised), batched by length;
+        ``search`` turns one utterance's log-probabilities into text (default greedy)."""
+        search = search or self.greedy
+        return {utt: search(log_probs) for utt, log_probs in self.posteriors(utts)}
 
     def data_dir_utterances(self, data_dir: str | Path) -> list[Utterance]:
         """A data dir's utterances: from ``feats.scp`` when present, else from its audio."""
@@ -106,19 +114,25 @@ class Recognizer:
             utts.append(Utterance(utt, feats, np.zeros(0, dtype=np.int64)))
         return utts
 
-    def decode_data_dir(self, data_dir: str | Path, out_dir: str | Path) -> str | None:
+    def decode_data_dir(self, data_dir: str | Path, out_dir: str | Path,
+                        search: Callable[[torch.Tensor], str] | None = None) -> str | None:
         """Decode ``data_dir`` into ``out_dir/hyp``; score into ``out_dir/scoring``.
 
         Returns:
             The Kaldi ``%WER`` line, or None when the data dir has no ``text``.
         """
-        data_dir, out_dir = Path(data_dir), Path(out_dir)
-        hyp = self.recognize(self.data_dir_utterances(data_dir))
-        write_kaldi_map(out_dir / "hyp", hyp)
-        if not (data_dir / "text").is_file():
-            return None
-        result = score_files(data_dir / "text", out_dir / "hyp", out_dir=out_dir / "scoring")
-        return result.words.kaldi_line()
+        hyp = self.recognize(self.data_dir_utterances(data_dir), search)
+        return write_and_score(hyp, data_dir, out_dir)
+
+
+def write_and_score(hyp: dict[str, str], data_dir: str | Path, out_dir: str | Path) -> str | None:
+    """``out_dir/hyp`` and, when ``data_dir`` has a ``text``, ``out_dir/scoring/``; returns
+    the Kaldi ``%WER`` line (or None)."""
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    write_kaldi_map(out_dir / "hyp", hyp)
+    if not (data_dir / "text").is_file():
+        return None
+    return score_files(data_dir / "text", out_dir / "hyp", out_dir=out_dir / "scoring").words.kaldi_line()
 
 
 def check_exp_dir(exp_dir: str | Path, model: str = "model.pt") -> None:

@@ -12,7 +12,7 @@ from asrkit.stages.registry import STAGES, Stage, StageContext, run_stages, stag
 # Importing the stage modules registers their stages.
 from asrkit.stages import data as _data  # noqa: E402,F401  isort: skip
 from asrkit.stages import features as _features  # noqa: E402,F401  isort: skip
-from asrkit.stages import tokenizer as _tokenizer  # noqa: E402,F401  isort: skip
+from asrkit.stages import lang as _lang  # noqa: E402,F401  isort: skip
 from asrkit.stages import train as _train  # noqa: E402,F401  isort: skip
 from asrkit.stages import decode as _decode  # noqa: E402,F401  isort: skip
 from asrkit.stages import align as _align  # noqa: E402,F401  isort: skip

@@ -1,11 +1,25 @@
-"""Stage 5: greedy CTC decoding of the dev and test sets, scored into ``scoring/``."""
+"""Stage 5: decode the dev and test sets, scored into ``scoring/``.
+
+Greedy (best-path) results always go to ``decode_<set>/``. With ``decode=beam`` a
+lexicon-free beam search adds ``decode_beam_<set>/``; with ``decode=beam_lm`` (the AN4
+recipe's default) beam search with stage 3's lexicon and word LM adds
+``decode_beam_lm_<set>/``: the LM weight x word score grid is swept on the tune set
+(``decode.tune_set``, default the dev set) — one ``wer_<lm weight>_<word score>`` file
+each and Kaldi's ``best_wer`` — and every other set is decoded with the best pair.
+"""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 
-from asrkit.decoding.recognizer import Recognizer, check_exp_dir
+from asrkit.data.io import atomic_write
+from asrkit.decoding.beam import BeamSearch
+from asrkit.decoding.recognizer import Recognizer, check_exp_dir, write_and_score
+from asrkit.errors import ConfigError, DataError
+from asrkit.scoring import score_texts
+from asrkit.scoring.wer import read_text
 from asrkit.stages.registry import StageContext, stage
 from asrkit.training.trainer import pick_device
 
@@ -29,17 +43,90 @@ def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
     return resolve_sets(ctx, ctx.cfg.decode.sets or [ctx.cfg.data.dev_set, *ctx.cfg.data.test_sets])
 
 
-@stage(5, "decode", "greedy CTC decoding of dev and test sets; hyp and scoring/ in decode_<set>/")
+@stage(5, "decode", "greedy CTC decoding, plus beam search with the lexicon and LM tuned on dev "
+       "(decode=beam_lm); hyp and scoring/ in decode_[<method>_]<set>/")
 def decode(ctx: StageContext) -> None:
-    check_exp_dir(ctx.exp_dir, ctx.cfg.decode.model)
-    recognizer = Recognizer(ctx.exp_dir, model=ctx.cfg.decode.model,
-                            device=pick_device(ctx.cfg.train.device),
-                            max_frames=ctx.cfg.decode.max_frames)
-    for name, data_dir in decode_targets(ctx):
-        out_dir = ctx.exp_dir / f"decode_{name}"
-        line = recognizer.decode_data_dir(data_dir, out_dir)
-        if line is None:
-            log.info("%s: hypotheses in %s (no text to score against)", name, out_dir / "hyp")
-        else:
-            log.info("%s: %s (%s)", name, line, out_dir / "scoring" / "wer")
-            print(f"{name}: {line}", flush=True)
+    cfg = ctx.cfg.decode
+    check_exp_dir(ctx.exp_dir, cfg.model)
+    recognizer = Recognizer(ctx.exp_dir, model=cfg.model, device=pick_device(ctx.cfg.train.device),
+                            max_frames=cfg.max_frames)
+    if recognizer.decode_head is None:
+        log.info("stage 5 skipped: %s has Kaldi pdf-id classes; use stage 7's log-likelihoods",
+                 ctx.exp_dir / cfg.model)
+        return
+    targets = decode_targets(ctx)
+    posteriors = {}
+    for name, data_dir in targets:
+        posteriors[name] = recognizer.posteriors(recognizer.data_dir_utterances(data_dir))
+        hyp = {utt: recognizer.greedy(lp) for utt, lp in posteriors[name]}
+        _report(name, "greedy", write_and_score(hyp, data_dir, ctx.exp_dir / f"decode_{name}"),
+                ctx.exp_dir / f"decode_{name}")
+    if cfg.method == "greedy":
+        return
+    lexicon = lm = None
+    if cfg.method == "beam_lm":
+        lexicon, lm = ctx.exp_dir / "lang" / "lexicon.txt", ctx.exp_dir / "lang" / "lm.arpa"
+        for path in (lexicon, lm):
+            if not path.is_file():
+                raise ConfigError(f"{path}: not found; run stage 3 (lang) for this experiment, or "
+                                  "decode with decode=greedy")
+    lm_weights, word_scores = (cfg.lm_weights, cfg.word_scores) if lm else ([0.0], [0.0])
+    grid = list(itertools.product(lm_weights, word_scores))
+    chosen = grid[0]
+    if len(grid) > 1:
+        chosen = _tune(ctx, recognizer, lexicon, lm, grid, posteriors)
+    search = BeamSearch(recognizer.tokenizer, lexicon=lexicon, lm=lm, beam_size=cfg.beam_size,
+                        beam_threshold=cfg.beam_threshold, lm_weight=chosen[0],
+                        word_score=chosen[1])
+    known = set(read_text(lexicon)) if lexicon else None
+    for name, data_dir in targets:
+        out_dir = ctx.exp_dir / f"decode_{cfg.method}_{name}"
+        if known is not None and (data_dir / "text").is_file():
+            ref = [w for words in read_text(data_dir / "text").values() for w in words]
+            oov = sorted({w for w in ref if w not in known})
+            log.info("%s: %d of %d reference words (%.2f%%) are not in the lexicon%s", name,
+                     sum(w not in known for w in ref), len(ref),
+                     100.0 * sum(w not in known for w in ref) / max(len(ref), 1),
+                     f" ({', '.join(oov[:10])}); the decoder cannot output them" if oov else "")
+        hyp = {utt: search(lp) for utt, lp in posteriors[name]}
+        setting = f"lm_weight={chosen[0]:g} word_score={chosen[1]:g} beam_size={cfg.beam_size}"
+        atomic_write(out_dir / "setting", setting + "\n")
+        _report(name, f"{cfg.method}, {setting}" if lm else cfg.method,
+                write_and_score(hyp, data_dir, out_dir), out_dir)
+
+
+def _tune(ctx: StageContext, recognizer: Recognizer, lexicon: Path | None, lm: Path | None,
+          grid: list[tuple[float, float]], posteriors: dict) -> tuple[float, float]:
+    """Decode the tune set with every grid point; write ``wer_<w>_<s>`` files and
+    ``best_wer``; return the best ``(lm weight, word score)``."""
+    cfg = ctx.cfg.decode
+    tune = cfg.tune_set or ctx.cfg.data.dev_set
+    (name, data_dir), = resolve_sets(ctx, [tune])
+    if not (data_dir / "text").is_file():
+        raise DataError(f"{data_dir}/text: not found; decode.tune_set needs transcripts")
+    if name not in posteriors:
+        posteriors[name] = recognizer.posteriors(recognizer.data_dir_utterances(data_dir))
+    ref = read_text(data_dir / "text")
+    out_dir = ctx.exp_dir / f"decode_{cfg.method}_{name}"
+    results = []
+    for lm_weight, word_score in grid:
+        search = BeamSearch(recognizer.tokenizer, lexicon=lexicon, lm=lm, beam_size=cfg.beam_size,
+                            beam_threshold=cfg.beam_threshold, lm_weight=lm_weight,
+                            word_score=word_score)
+        hyp = {utt: search(lp).split() for utt, lp in posteriors[name]}
+        words = score_texts(ref, hyp).words
+        atomic_write(out_dir / f"wer_{lm_weight:g}_{word_score:g}", words.kaldi_line() + "\n")
+        results.append((words.wer, words.errors, lm_weight, word_score, words.kaldi_line()))
+    best = min(results, key=lambda r: (r[1], r[2], r[3]))  # fewest errors; ties: lower weights
+    atomic_write(out_dir / "best_wer", f"{best[4]} {out_dir / f'wer_{best[2]:g}_{best[3]:g}'}\n")
+    log.info("%s: best of %d settings: lm_weight=%g word_score=%g, %s", name, len(grid), best[2],
+             best[3], best[4])
+    return best[2], best[3]
+
+
+def _report(name: str, method: str, line: str | None, out_dir: Path) -> None:
+    if line is None:
+        log.info("%s (%s): hypotheses in %s (no text to score against)", name, method, out_dir / "hyp")
+    else:
+        log.info("%s (%s): %s (%s)", name, method, line, out_dir / "scoring" / "wer")
+        print(f"{name}: {line}" if method == "greedy" else f"{name} ({method}): {line}", flush=True)

@@ -23,9 +23,9 @@ for run in "${runs[@]}"; do
   fi
   rm -rf "exp/an4_2l_$name"
   began=$(date +%s)
-  # The tokenizer of the demo run is shared: copy it rather than retrain it.
+  # The tokenizer, lexicon and LM of the demo run are shared: copy them rather than rebuild them.
   mkdir -p "exp/an4_2l_$name"
-  cp -r exp/an4_fbank_demo/tokenizer "exp/an4_2l_$name/"
+  cp -r exp/an4_fbank_demo/tokenizer exp/an4_fbank_demo/lang "exp/an4_2l_$name/"
   ./run.sh --stage 4 --stop-stage 5 name="an4_2l_$name" "${args[@]}" strategy.learners=2 \
     train.progress=false "$@" > "exp/an4_2l_$name.log" 2>&1
   took=$(( $(date +%s) - began ))

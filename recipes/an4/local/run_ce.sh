@@ -2,7 +2,8 @@
 # Frame-level CE training on forced alignments, the hybrid way, after the CTC recipe:
 #   1. stage 6 of the CTC experiment force-aligns train and train_dev (exp/<ctc>/ali_*/,
 #      Kaldi alignment dirs);
-#   2. a CE model of the same shape trains on them (exp/<ctc>_ce), decodes dev and test
+#   2. a CE model of the same shape (its stage 3 rebuilds the same tokenizer, lexicon and
+#      LM from the same text) trains on them (exp/<ctc>_ce), decodes dev and test
 #      with its frame head, and writes log-likelihoods for Kaldi (stage 7).
 # Usage (from recipes/an4, after run.sh has trained the CTC model):
 #   local/run_ce.sh [--ctc NAME] [overrides for the CE model...]
@@ -11,5 +12,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ctc=an4_fbank_demo
 if [[ ${1:-} == --ctc ]]; then ctc=$2; shift 2; fi
 ./run.sh --stage 6 --stop-stage 6 name="$ctc"
-./run.sh --stage 4 --stop-stage 7 name="${ctc}_ce" objective=ce \
+./run.sh --stage 3 --stop-stage 7 name="${ctc}_ce" objective=ce \
   align.train="exp/$ctc/ali_train" align.dev="exp/$ctc/ali_train_dev" "$@"

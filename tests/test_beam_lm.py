@@ -1,0 +1,120 @@
+"""Beam search with a lexicon and an n-gram LM; the lang stage; tuning on dev."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asrkit.data.datadir import read_kaldi_map
+from asrkit.decoding.beam import BeamSearch, spell, write_lexicon
+from asrkit.decoding.greedy import greedy_ctc
+from asrkit.errors import ConfigError
+from asrkit.lm.ngram import estimate_kneser_ney, write_arpa
+from asrkit.scoring import score_texts
+from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
+from tests.conftest import make_data_dir, run_cli
+
+TEXTS = {"a-1": "TWO THREE", "a-2": "ONE TWO", "b-1": "THREE ONE TWO", "b-2": "GO", "b-3": "NO GO"}
+
+
+@pytest.fixture
+def tokenizer(tmp_path: Path) -> Tokenizer:
+    return train_tokenizer(TEXTS, tmp_path / "tok", TokenizerConfig(kind="char"))
+
+
+def _emissions(tokenizer: Tokenizer, text: str, rng: np.random.Generator, *, noise: float) -> torch.Tensor:
+    """CTC log-probabilities that spell ``text`` (2 frames per unit, a blank after each),
+    blurred by Gaussian noise of scale ``noise`` on the logits."""
+    path = []
+    for i in tokenizer.encode(text):
+        path += [i, i, 0]
+    logits = torch.full((len(path), tokenizer.num_tokens + 1), -4.0)
+    logits[torch.arange(len(path)), torch.tensor(path)] = 4.0
+    logits += noise * torch.from_numpy(rng.standard_normal(logits.shape)).float()
+    return logits.log_softmax(-1)
+
+
+def test_lexicon_spells_words_in_units(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    assert spell(tokenizer, "THREE") == ["T", "H", "R", "E", "E"]
+    count = write_lexicon(tmp_path / "lexicon.txt", ["TWO", "GO", "<unk>", "TWO"], tokenizer)
+    assert count == 2
+    assert (tmp_path / "lexicon.txt").read_text() == "GO G O\nTWO T W O\n"
+    with pytest.raises(ConfigError, match="cannot be spelled"):
+        spell(tokenizer, "ZEBRA")  # Z, B never seen by the tokenizer
+
+
+def test_beam_with_lm_weight_0_is_never_worse_than_greedy(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    rng = np.random.default_rng(0)
+    refs, greedy, beam = {}, {}, {}
+    search = BeamSearch(tokenizer, lexicon=None, lm=None, beam_size=200, beam_threshold=100.0)
+    for k in range(40):
+        text = " ".join(rng.choice(["ONE", "TWO", "THREE", "GO", "NO"], size=int(rng.integers(1, 5))))
+        lp = _emissions(tokenizer, text, rng, noise=2.5)
+        k = f"s-{k}"
+        refs[k] = text.split()
+        greedy[k] = tokenizer.decode(greedy_ctc(lp[None], torch.tensor([lp.shape[0]]))[0]).split()
+        beam[k] = search(lp).split()
+    g, b = score_texts(refs, greedy).words, score_texts(refs, beam).words
+    assert g.errors > 0, "the fixture must be noisy enough for greedy to err"
+    assert b.errors <= g.errors, (b.kaldi_line(), g.kaldi_line())
+
+
+def test_lm_fixes_what_the_acoustics_leave_ambiguous(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    # "TWO" vs "GO": the emissions are split between T W and G; the LM (trained on text where
+    # only "NO GO" ends a sentence after NO) decides.
+    write_lexicon(tmp_path / "lexicon.txt", {w for t in TEXTS.values() for w in t.split()}, tokenizer)
+    write_arpa(estimate_kneser_ney([t.split() for t in TEXTS.values()] * 5, order=2),
+               tmp_path / "lm.arpa")
+    rng = np.random.default_rng(1)
+    lp = _emissions(tokenizer, "NO GO", rng, noise=0.0)
+    plain = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa",
+                       lm_weight=0.0)
+    with_lm = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa",
+                         lm_weight=2.0)
+    assert plain(lp) == "NO GO" and with_lm(lp) == "NO GO"
+    # Outputs are lexicon words only: an unknown spelling never comes out as <unk>.
+    lp = _emissions(tokenizer, "TWO OWT", rng, noise=0.0)
+    assert "<unk>" not in with_lm(lp) and set(with_lm(lp).split()) <= set(" ".join(TEXTS.values()).split())
+    with pytest.raises(ConfigError, match="needs a lexicon"):
+        BeamSearch(tokenizer, lexicon=None, lm=tmp_path / "lm.arpa")
+    with pytest.raises(ConfigError, match="not found"):
+        BeamSearch(tokenizer, lexicon=tmp_path / "nope.txt", lm=None)
+
+
+def test_lm_must_not_see_test_text() -> None:
+    from asrkit.config import compose
+
+    with pytest.raises(ConfigError, match="must not see dev or test"):
+        compose(["lm.sets=[train,test]"])
+    with pytest.raises(ConfigError, match="is a test set"):
+        compose(["decode.tune_set=test"])
+
+
+def test_lang_stage_and_sweep_pick_the_best_dev_setting(tmp_path: Path) -> None:
+    for i, name in enumerate(("train", "train_dev", "test")):
+        make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
+    result = run_cli("run", "--stage", "2", "--stop-stage", "5", f"data_root={tmp_path / 'data'}",
+                     f"feats_root={tmp_path / 'fbank'}", f"exp_dir={tmp_path / 'exp'}",
+                     "features.nj=1", "model=tiny", "train.epochs=2", "train.progress=false",
+                     "features.num_mel_bins=23", "decode=beam_lm", "decode.lm_weights=[0,1,3]",
+                     "decode.word_scores=[-2,0]", "lm.order=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    exp = tmp_path / "exp"
+    lexicon = read_kaldi_map(exp / "lang" / "lexicon.txt")
+    assert set(lexicon) == {"HELLO", *(f"WORD{i}" for i in range(6))}
+    assert (exp / "lang" / "lm.arpa").read_text().startswith("\n\\data\\\nngram 1=")
+    tune = exp / "decode_beam_lm_train_dev"
+    wers = {f.name: f.read_text() for f in tune.glob("wer_*")}
+    assert len(wers) == 6
+    errors = {name: int(line.split("[")[1].split("/")[0]) for name, line in wers.items()}
+    best_line = (tune / "best_wer").read_text()
+    best_file = Path(best_line.split()[-1]).name
+    assert errors[best_file] == min(errors.values())
+    w, s = best_file[len("wer_"):].split("_")
+    assert (exp / "decode_beam_lm_test" / "setting").read_text().startswith(
+        f"lm_weight={w} word_score={s} ")
+    assert "test (beam_lm, lm_weight=" in result.stdout and "test: %WER" in result.stdout
+    assert (exp / "decode_beam_lm_test" / "scoring" / "wer").is_file()
