@@ -38,10 +38,10 @@ def _emissions(tokenizer: Tokenizer, text: str, rng: np.random.Generator, *, noi
 
 
 def test_lexicon_spells_words_in_units(tmp_path: Path, tokenizer: Tokenizer) -> None:
-    assert spell(tokenizer, "THREE") == ["T", "H", "R", "E", "E"]
+    assert spell(tokenizer, "THREE") == ["T", "H", "R", "E", "E", "\u2581"]
     count = write_lexicon(tmp_path / "lexicon.txt", ["TWO", "GO", "<unk>", "TWO"], tokenizer)
     assert count == 2
-    assert (tmp_path / "lexicon.txt").read_text() == "GO G O\nTWO T W O\n"
+    assert (tmp_path / "lexicon.txt").read_text() == "GO G O \u2581\nTWO T W O \u2581\n"
     with pytest.raises(ConfigError, match="cannot be spelled"):
         spell(tokenizer, "ZEBRA")  # Z, B never seen by the tokenizer
 
@@ -118,3 +118,18 @@ def test_lang_stage_and_sweep_pick_the_best_dev_setting(tmp_path: Path) -> None:
         f"lm_weight={w} word_score={s} ")
     assert "test (beam_lm, lm_weight=" in result.stdout and "test: %WER" in result.stdout
     assert (exp / "decode_beam_lm_test" / "scoring" / "wer").is_file()
+
+
+def test_repeated_frames_of_a_words_last_unit_are_one_word(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """CTC emits a unit over several frames; the lexicon decoder must not split the
+    frames of a word's last letter into extra one-letter words (``TWO O``)."""
+    write_lexicon(tmp_path / "lexicon.txt", ["TWO", "O", "GO", "NO"], tokenizer)
+    write_arpa(estimate_kneser_ney([["TWO", "O"], ["GO"], ["NO", "GO"]], order=2),
+               tmp_path / "lm.arpa")
+    units = tokenizer.units()
+    frames = ["\u2581", "\u2581", "T", "W", "O", "O", "O", "\u2581", "G", "G", "O", "O"]
+    lp = torch.full((len(frames), len(units)), -30.0)
+    lp[torch.arange(len(frames)), torch.tensor([units.index(u) for u in frames])] = 0.0
+    search = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa",
+                        lm_weight=0.0)
+    assert search(lp.log_softmax(-1)) == "TWO GO"

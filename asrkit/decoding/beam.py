@@ -1,11 +1,17 @@
 """CTC beam search with a lexicon and a word n-gram LM (flashlight-text via torchaudio).
 
-The lexicon spells every word in the model's units: a word's sentencepiece pieces
-without the word-boundary piece ``▁``, which plays the decoder's silence (word
-separator) token, so ``▁ H E L L O ▁ W O R L D`` reads as two lexicon words. Units that
-merge the boundary into a piece (``▁HE`` in unigram/bpe models) stay in the spelling.
-Without a lexicon the search runs over units alone (no word LM) and the best unit
-sequence is detokenised.
+flashlight's lexicon decoder expects every word's spelling to *end* with the word
+separator (its silence token) — a word is emitted when its last token is reached, and
+only the separator may then repeat over frames. Sentencepiece puts its boundary piece
+``▁`` *before* each word (``▁ H E L L O ▁ W O R L D``). So the lexicon spells a word as
+its pieces without the leading ``▁`` followed by ``▁`` (``HELLO H E L L O ▁``): the
+boundary that starts the next word ends this one, a leading ``▁`` is silence, and one
+frame that emits only ``▁`` is appended to every utterance to close its last word.
+(Spelling words as ``▁ H E L L O`` instead makes the decoder split repeated frames of a
+word's last letter into extra one-letter words: measured on AN4 train_dev, 34
+insertions against greedy's 5.) Units that merge the boundary into a piece (``▁HE`` in
+unigram/bpe models) keep it. Without a lexicon the search runs over units alone (no
+word LM) and the best unit sequence is detokenised.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ UNK_WORD = "<unk>"
 
 
 def spell(tokenizer: Tokenizer, word: str) -> list[str]:
-    """``word`` in the tokenizer's units, without a leading stand-alone boundary piece."""
+    """``word`` in the tokenizer's units as the lexicon spells it: without a leading
+    stand-alone boundary piece, ending with the boundary."""
     units = tokenizer.units()
     pieces = [units[i] for i in tokenizer.encode(word)]
     if pieces and pieces[0] == BOUNDARY:
@@ -36,7 +43,7 @@ def spell(tokenizer: Tokenizer, word: str) -> list[str]:
     if not pieces or "<unk>" in pieces:
         raise ConfigError(f"word {word!r} cannot be spelled with the tokenizer's units "
                           f"({pieces}); the lexicon needs words made of known characters")
-    return pieces
+    return [*pieces, BOUNDARY]
 
 
 def write_lexicon(path: str | Path, words: Iterable[str], tokenizer: Tokenizer) -> int:
@@ -75,6 +82,11 @@ class BeamSearch:
             raise ConfigError(f"decode.beam_size={beam_size} must be >= 1")
         self.tokenizer = tokenizer
         self.lexicon = lexicon
+        units = tokenizer.units()
+        if BOUNDARY not in units:
+            raise ConfigError(f"the tokenizer has no word-boundary unit {BOUNDARY!r}; lexicon "
+                              "decoding needs sentencepiece's boundary piece")
+        self._boundary = units.index(BOUNDARY)
         with _silenced():  # KenLM prints a loading banner and progress bar on stdout/stderr
             self._decoder = ctc_decoder(
                 lexicon=None if lexicon is None else str(lexicon), tokens=tokenizer.units(),
@@ -85,7 +97,12 @@ class BeamSearch:
 
     def __call__(self, log_probs: torch.Tensor) -> str:
         """The best transcript of one utterance's ``(T', V)`` CTC log-probabilities."""
-        emissions = log_probs.detach().float().cpu().contiguous()[None]
+        emissions = log_probs.detach().float().cpu()
+        if self.lexicon is not None:  # one frame of boundary closes the last word
+            close = torch.full((1, emissions.shape[1]), -1e4)
+            close[0, self._boundary] = 0.0
+            emissions = torch.cat([emissions, close])
+        emissions = emissions.contiguous()[None]
         hyps = self._decoder(emissions, torch.tensor([emissions.shape[1]], dtype=torch.int32))[0]
         if not hyps:
             return ""
