@@ -11,7 +11,7 @@ import torch
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.data.kaldi_ark import kaldi_io
 from asrkit.decoding.greedy import greedy_ctc
-from asrkit.errors import ConfigError
+from asrkit.errors import ConfigError, DataError
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
 from asrkit.targets.alignments import AlignmentCheckConfig, check_alignments, read_alignments
@@ -22,6 +22,7 @@ from asrkit.targets.forced_align import (
     write_alignment_dir,
     write_counts,
 )
+from asrkit.training.checkpoint import init_from, save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 from asrkit.training.data import Utterance, attach_alignments, collate
 from asrkit.training.objectives import FrameCEObjective, build_objective
@@ -211,3 +212,18 @@ def test_ce_with_missing_alignments_is_one_line_error(tmp_path: Path) -> None:
     errors = [line for line in result.stderr.splitlines() if line.startswith("asrkit: error:")]
     assert len(errors) == 1 and "nowhere" in errors[0]
     assert result.stderr.strip().splitlines()[-1] == errors[0]
+
+
+def test_init_from_copies_matching_parameters(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ctc = build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=5)
+    save_checkpoint(tmp_path / "ctc.pt", {"model": ctc.state_dict(), "meta": {}})
+    ce = build_model(ModelConfig(size="tiny", num_classes=6), input_dim=8, num_tokens=5)
+    copied = init_from(ce, tmp_path / "ctc.pt")
+    assert "frame_head.weight" not in copied and "lstm.weight_ih_l0" in copied
+    for name in copied:
+        assert torch.equal(ce.state_dict()[name], ctc.state_dict()[name]), name
+    other = build_model(ModelConfig(size="tiny"), input_dim=3, num_tokens=2)
+    save_checkpoint(tmp_path / "other.pt", {"model": {"x": torch.zeros(1)}, "meta": {}})
+    with pytest.raises(DataError, match="none of its parameters"):
+        init_from(other, tmp_path / "other.pt")

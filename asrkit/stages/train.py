@@ -35,7 +35,12 @@ from asrkit.models.lstm import build_model, model_args
 from asrkit.stages.registry import StageContext, stage
 from asrkit.targets.alignments import check_alignments, read_alignments
 from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from asrkit.training.checkpoint import (
+    average_checkpoints,
+    init_from,
+    load_checkpoint,
+    save_checkpoint,
+)
 from asrkit.training.data import CmvnNormalizer, attach_alignments, load_utterances
 from asrkit.training.objectives import build_objective
 from asrkit.training.trainer import Trainer, pick_device
@@ -91,6 +96,11 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
             cfg, exp_dir, train_utts, "train", num_classes=cfg.model.num_classes, log_it=dctx.is_main)
         model_cfg = dataclasses.replace(cfg.model, num_classes=num_classes)
     model = build_model(model_cfg, input_dim=dim, num_tokens=tokenizer.num_tokens)
+    if cfg.train.init_from:
+        copied = init_from(model, cfg.train.init_from)
+        if dctx.is_main:
+            log.info("initialised %d of %d parameter tensors from %s", len(copied),
+                     len(model.state_dict()), cfg.train.init_from)
     if cfg.objective == "ce" and dev_utts:
         dev_utts, _, _ = _with_alignments(cfg, exp_dir, dev_utts, "dev",
                                           num_classes=model.num_classes, log_it=True)

@@ -89,3 +89,20 @@ def load_model_bundle(path: str | Path, *, device: torch.device | str = "cpu"
     model = build_from_meta(state["meta"])
     model.load_state_dict(state["model"])
     return model.to(device).eval(), state["meta"]
+
+
+def init_from(model: torch.nn.Module, path: str | Path) -> list[str]:
+    """Copy the parameters of the model saved at ``path`` (a bundle or checkpoint) into
+    ``model`` where name and shape match; returns the names copied.
+
+    Raises:
+        DataError: unreadable file, or nothing in it fits ``model``.
+    """
+    source = load_checkpoint(path)["model"]
+    own = model.state_dict()
+    copied = [k for k, v in source.items() if k in own and own[k].shape == v.shape]
+    if not copied:
+        raise DataError(f"{path}: none of its parameters fits this model (names or shapes "
+                        "differ); train.init_from needs a model of the same shape")
+    model.load_state_dict({**own, **{k: source[k] for k in copied}})
+    return copied

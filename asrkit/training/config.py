@@ -73,7 +73,6 @@ class TrainConfig:
 
     Attributes:
         epochs: passes over the training set.
-        objective: ``ctc`` (token targets; ``ce`` arrives with alignment targets).
         max_frames: cap on padded input frames per batch (batch x longest).
         max_batch: cap on utterances per batch.
         clip_grad_norm: global gradient-norm clipping (0 = off).
@@ -83,12 +82,14 @@ class TrainConfig:
         keep_checkpoints: epoch checkpoints kept (older ones are removed).
         average_last: when > 1, ``model.pt`` is the average of the last this-many epoch
             checkpoints instead of the best one (at most ``keep_checkpoints``).
+        init_from: a model bundle or checkpoint whose parameters start this model
+            (those with the same name and shape; e.g. a CE model from the CTC model that
+            aligned its data: the encoder carries over, the new frame head does not).
         log_every: steps between TensorBoard/progress updates.
         progress: show a progress bar.
     """
 
     epochs: int = 20
-    objective: str = "ctc"
     max_frames: int = 12000
     max_batch: int = 32
     clip_grad_norm: float = 5.0
@@ -97,6 +98,7 @@ class TrainConfig:
     best_metric: str = "wer"
     keep_checkpoints: int = 5
     average_last: int = 0
+    init_from: str = ""
     log_every: int = 10
     progress: bool = True
 
