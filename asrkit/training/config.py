@@ -105,8 +105,6 @@ class TrainConfig:
     def check(self) -> None:
         if self.epochs < 1:
             raise ConfigError(f"train.epochs={self.epochs} must be at least 1")
-        if self.objective not in ("ctc",):
-            raise ConfigError(f"train.objective={self.objective!r} is unknown; choose ctc")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"train.device={self.device!r} is unknown; choose auto, cpu or cuda")
         if self.best_metric not in ("wer", "loss"):
