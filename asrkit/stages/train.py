@@ -180,7 +180,8 @@ def _with_alignments(cfg: AsrkitConfig, exp_dir: Path, utts: list, which: str, *
                                      {u.utt: u.feats.shape[0] for u in utts}, check, source=source)
     report.raise_if_unusable()
     if log_it:
-        log.info("%s alignments: %s", which, " | ".join(report.summary().splitlines()))
+        log.info("%s alignments: %s", which,
+                 "; ".join(" ".join(line.split()) for line in report.summary().splitlines()))
     kept = attach_alignments(utts, fixed, factor=report.subsampling_factor,
                              model_subsample=model_args(cfg.model)["subsample"], source=source)
     token_classes = (Path(source) / "tokenizer" / "units.txt").is_file()
