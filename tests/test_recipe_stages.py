@@ -93,6 +93,10 @@ def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     wer = float(re.search(r"test: %WER ([\d.]+)", result.stdout).group(1))
     assert wer <= 20.0
+    # Beam search with the lexicon and LM, tuned on train_dev, does better than greedy.
+    beam = float(re.search(r"test \(beam_lm, [^)]*\): %WER ([\d.]+)", result.stdout).group(1))
+    assert beam < wer
+    assert (tmp_path / "exp" / "decode_beam_lm_train_dev" / "best_wer").is_file()
     exp = tmp_path / "exp"
     for name in ("train", "train_dev"):
         check = run_cli("check-alignments", str(exp / f"ali_{name}"), str(tmp_path / "data" / name))
