@@ -1,0 +1,71 @@
+"""Decoding speed: real-time factors of greedy and beam + LM decoding on the CPU.
+
+A trained experiment (default: the AN4 recipe's ``make demo`` model) decodes the data
+dir's utterances: the network forward pass once, then the greedy best path and the
+beam search with the experiment's lexicon and LM (the LM weight and word score its
+decoding stage chose on the dev set, when recorded). Each real-time factor is seconds
+of compute per second of audio; audio length is the feature frame count times the
+frame shift.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from asrkit.data.datadir import read_kaldi_map
+from asrkit.decoding.beam import BeamSearch
+from asrkit.decoding.recognizer import Recognizer, check_exp_dir
+from asrkit.errors import ConfigError
+
+DEFAULT_EXP = "recipes/an4/exp/an4_fbank_demo"
+
+
+def _setting(exp_dir: Path) -> dict[str, float]:
+    """The LM weight and word score stage 5 chose (``decode_beam_lm_*/setting``)."""
+    for path in sorted(exp_dir.glob("decode_beam_lm_*/setting")):
+        fields = dict(item.split("=") for item in path.read_text().split())
+        return {"lm_weight": float(fields["lm_weight"]), "word_score": float(fields["word_score"])}
+    return {"lm_weight": 1.0, "word_score": 0.0}
+
+
+def bench_decoding(data_dir: str | Path, *, exp_dir: str | Path = DEFAULT_EXP,
+                   threads: int = 1) -> dict:
+    """Real-time factors of the forward pass, greedy search and beam + LM search."""
+    exp_dir, data_dir = Path(exp_dir), Path(data_dir)
+    check_exp_dir(exp_dir)
+    lexicon, lm = exp_dir / "lang" / "lexicon.txt", exp_dir / "lang" / "lm.arpa"
+    if not (lexicon.is_file() and lm.is_file()):
+        raise ConfigError(f"{exp_dir}/lang: no lexicon and LM; run the recipe's stage 3 first "
+                          "(make demo does)")
+    torch.set_num_threads(threads)
+    recognizer = Recognizer(exp_dir, max_frames=12000)
+    utts = recognizer.data_dir_utterances(data_dir)
+    shift = float((data_dir / "frame_shift").read_text()) if (data_dir / "frame_shift").is_file() \
+        else 0.01
+    frames = read_kaldi_map(data_dir / "utt2num_frames") if (data_dir / "utt2num_frames").is_file() \
+        else {u.utt: u.feats.shape[0] for u in utts}
+    audio_s = sum(int(n) for n in frames.values()) * shift
+    began = time.perf_counter()
+    posteriors = recognizer.posteriors(utts)
+    forward_s = time.perf_counter() - began
+    began = time.perf_counter()
+    for _, lp in posteriors:
+        recognizer.greedy(lp)
+    greedy_s = time.perf_counter() - began
+    setting = _setting(exp_dir)
+    search = BeamSearch(recognizer.tokenizer, lexicon=lexicon, lm=lm, beam_size=50, **setting)
+    began = time.perf_counter()
+    for _, lp in posteriors:
+        search(lp)
+    beam_s = time.perf_counter() - began
+    return {"exp_dir": str(exp_dir), "utterances": len(utts), "audio_s": round(audio_s, 1),
+            "threads": threads, "beam": {"beam_size": 50, **setting},
+            "forward_rtf": round(forward_s / audio_s, 5),
+            "greedy_search_rtf": round(greedy_s / audio_s, 5),
+            "beam_lm_search_rtf": round(beam_s / audio_s, 5),
+            "greedy_total_rtf": round((forward_s + greedy_s) / audio_s, 5),
+            "beam_lm_total_rtf": round((forward_s + beam_s) / audio_s, 5),
+            "beam_over_greedy": round((forward_s + beam_s) / (forward_s + greedy_s), 3)}
