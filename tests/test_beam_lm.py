@@ -48,8 +48,12 @@ def test_lexicon_spells_words_in_units(tmp_path: Path, tokenizer: Tokenizer) -> 
 
 def test_beam_with_lm_weight_0_is_never_worse_than_greedy(tmp_path: Path, tokenizer: Tokenizer) -> None:
     rng = np.random.default_rng(0)
-    refs, greedy, beam = {}, {}, {}
+    refs, greedy, beam, beam_lex = {}, {}, {}, {}
     search = BeamSearch(tokenizer, lexicon=None, lm=None, beam_size=200, beam_threshold=100.0)
+    write_lexicon(tmp_path / "lexicon.txt", ["ONE", "TWO", "THREE", "GO", "NO"], tokenizer)
+    write_arpa(estimate_kneser_ney([t.split() for t in TEXTS.values()], order=2), tmp_path / "lm.arpa")
+    lexical = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa",
+                         lm_weight=0.0, beam_size=200, beam_threshold=100.0)
     for k in range(40):
         text = " ".join(rng.choice(["ONE", "TWO", "THREE", "GO", "NO"], size=int(rng.integers(1, 5))))
         lp = _emissions(tokenizer, text, rng, noise=2.5)
@@ -57,9 +61,12 @@ def test_beam_with_lm_weight_0_is_never_worse_than_greedy(tmp_path: Path, tokeni
         refs[k] = text.split()
         greedy[k] = tokenizer.decode(greedy_ctc(lp[None], torch.tensor([lp.shape[0]]))[0]).split()
         beam[k] = search(lp).split()
+        beam_lex[k] = lexical(lp).split()
     g, b = score_texts(refs, greedy).words, score_texts(refs, beam).words
+    lex = score_texts(refs, beam_lex).words
     assert g.errors > 0, "the fixture must be noisy enough for greedy to err"
     assert b.errors <= g.errors, (b.kaldi_line(), g.kaldi_line())
+    assert lex.errors <= g.errors, (lex.kaldi_line(), g.kaldi_line())
 
 
 def test_lm_fixes_what_the_acoustics_leave_ambiguous(tmp_path: Path, tokenizer: Tokenizer) -> None:
@@ -118,6 +125,17 @@ def test_lang_stage_and_sweep_pick_the_best_dev_setting(tmp_path: Path) -> None:
         f"lm_weight={w} word_score={s} ")
     assert "test (beam_lm, lm_weight=" in result.stdout and "test: %WER" in result.stdout
     assert (exp / "decode_beam_lm_test" / "scoring" / "wer").is_file()
+
+    # A reference word outside the lexicon is reported (and cannot be output).
+    other = tmp_path / "other"
+    make_data_dir(other, utts=2, seed=5)
+    (other / "text").write_text("spk1-utt0 ZEBRA HELLO\nspk2-utt1 WORD1 HELLO\n")
+    result = run_cli("run", "--stage", "5", "--stop-stage", "5", f"data_root={tmp_path / 'data'}",
+                     f"exp_dir={exp}", f"decode.sets=[{other}]", "decode.lm_weights=[1]",
+                     "decode.word_scores=[0]")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "1 of 4 reference words (25.00%) are not in the lexicon (ZEBRA)" in result.stderr
+    assert "ZEBRA" not in (exp / "decode_beam_lm_other" / "hyp").read_text()
 
 
 def test_repeated_frames_of_a_words_last_unit_are_one_word(tmp_path: Path, tokenizer: Tokenizer) -> None:
