@@ -9,11 +9,12 @@ Public API: :data:`BENCHMARKS` (name -> function returning a result dict).
 from asrkit.bench.compute import bench_compute
 from asrkit.bench.decoding import bench_decoding
 from asrkit.bench.features import bench_features
+from asrkit.bench.scoring import bench_scoring
 from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
 
 BENCHMARKS = {"features": bench_features, "trainer": bench_trainer, "compute": bench_compute,
-              "decoding": bench_decoding, "strategies": bench_strategies}
+              "decoding": bench_decoding, "scoring": bench_scoring, "strategies": bench_strategies}
 
-__all__ = ["BENCHMARKS", "bench_compute", "bench_decoding", "bench_features", "bench_strategies",
-           "bench_trainer"]
+__all__ = ["BENCHMARKS", "bench_compute", "bench_decoding", "bench_features", "bench_scoring",
+           "bench_strategies", "bench_trainer"]
