@@ -1,12 +1,14 @@
 """Benchmarks run by ``make bench`` / ``asrkit bench``.
 
 Every figure is a ratio against a baseline measured in the same run, with the
-raw numbers and the machine recorded in ``bench/results/<name>.json``.
+raw numbers and the machine recorded in ``bench/results/<name>.json`` and a plot in
+``bench/results/<name>.png``.
 
 Public API: :data:`BENCHMARKS` (name -> function returning a result dict).
 """
 
 from asrkit.bench.compute import bench_compute
+from asrkit.bench.convergence import bench_convergence
 from asrkit.bench.decoding import bench_decoding
 from asrkit.bench.features import bench_features
 from asrkit.bench.scoring import bench_scoring
@@ -14,7 +16,15 @@ from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
 
 BENCHMARKS = {"features": bench_features, "trainer": bench_trainer, "compute": bench_compute,
-              "decoding": bench_decoding, "scoring": bench_scoring, "strategies": bench_strategies}
+              "decoding": bench_decoding, "scoring": bench_scoring, "strategies": bench_strategies,
+              "convergence": bench_convergence}
 
-__all__ = ["BENCHMARKS", "bench_compute", "bench_decoding", "bench_features", "bench_scoring",
-           "bench_strategies", "bench_trainer"]
+#: Smaller settings for ``asrkit bench --quick`` (a few minutes in all on 2 cores).
+QUICK: dict[str, dict] = {
+    "features": {"repeats": 1}, "trainer": {"steps": 4, "repeats": 2}, "compute": {"quick": True},
+    "decoding": {}, "scoring": {"utterances": 2000}, "strategies": {"utterances": 64, "epochs": 2},
+    "convergence": {"quick": True},
+}
+
+__all__ = ["BENCHMARKS", "QUICK", "bench_compute", "bench_convergence", "bench_decoding",
+           "bench_features", "bench_scoring", "bench_strategies", "bench_trainer"]

@@ -30,32 +30,39 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(tmp: Path, data_dir: Path, *, learners: int, strategy: str, straggler: str,
-         utterances: int, epochs: int) -> dict:
-    out = tmp / f"{strategy}-{learners}-{straggler}"
+def run_workers(tmp: Path, data_dir: Path, *, name: str, learners: int, strategy: str,
+                pattern: str = "random", straggler: str = "none", utterances: int = 0,
+                epochs: int = 3, held_out: bool = False) -> dict:
+    """Train with ``learners`` torchrun workers; returns their ``learners.json`` plus the
+    main learner's per-epoch ``history`` (with ``held_out``: dev loss on the last quarter
+    of the data dir's utterances, which are then not trained on)."""
+    if not (tmp / "tok" / "sp.model").is_file():
+        train_tokenizer(read_data_dir(data_dir).text, tmp / "tok", TokenizerConfig(kind="char"))
+    out = tmp / f"{name}-{learners}-{straggler}"
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={learners}",
                f"--master-port={_free_port()}", "--max-restarts=0", "-m",
                "asrkit.bench.strategy_worker", str(data_dir), str(tmp / "tok"), str(out), strategy,
-               straggler, str(utterances), str(epochs)]
+               straggler, str(utterances), str(epochs), pattern, "held-out" if held_out else "-"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"{strategy} x{learners} ({straggler}) failed:\n{proc.stderr[-3000:]}")
-    return json.loads((out / "learners.json").read_text())
+        raise RuntimeError(f"{name} x{learners} ({straggler}) failed:\n{proc.stderr[-3000:]}")
+    result = json.loads((out / "learners.json").read_text())
+    result["history"] = json.loads((out / "history.json").read_text())
+    return result
 
 
 def bench_strategies(data_dir: str | Path, *, utterances: int = 128, epochs: int = 3,
                      learner_counts: tuple[int, ...] = (2, 4)) -> dict:
     """Aggregate samples/s per (learners, strategy, straggler) and ratios vs SYNC."""
     data_dir = Path(data_dir)
-    data = read_data_dir(data_dir)
     rows, details = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        train_tokenizer(data.text, Path(tmp) / "tok", TokenizerConfig(kind="char"))
         for n in learner_counts:
             for straggler in ("none", "one"):
-                runs = {s: _run(Path(tmp), data_dir, learners=n, strategy=s, straggler=straggler,
-                                utterances=utterances, epochs=epochs) for s in ("sync", "adpsgd")}
+                runs = {s: run_workers(Path(tmp), data_dir, name=s, learners=n, strategy=s,
+                                       straggler=straggler, utterances=utterances, epochs=epochs)
+                        for s in ("sync", "adpsgd")}
                 speeds = {s: r["steady_samples_per_s"] for s, r in runs.items()}
                 key = f"{n}_learners_{'straggler_2x' if straggler == 'one' else 'equal_speed'}"
                 rows[key] = {"sync_samples_per_s": speeds["sync"],

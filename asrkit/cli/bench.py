@@ -6,9 +6,11 @@ import argparse
 import json
 import os
 import platform
+import time
 from pathlib import Path
 
-from asrkit.bench import BENCHMARKS
+from asrkit.bench import BENCHMARKS, QUICK
+from asrkit.bench.plots import plot
 from asrkit.data.io import atomic_write
 from asrkit.errors import ConfigError
 
@@ -20,7 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data-dir", default="recipes/an4/data/test",
                         help="Kaldi data dir to measure on (default: the AN4 recipe's test set; "
                         "run recipes/an4/run.sh --stop-stage 1 first)")
-    parser.add_argument("--out-dir", default="bench/results", help="where JSON results go")
+    parser.add_argument("--out-dir", default="bench/results", help="where JSON results and PNG "
+                        "plots go")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller runs (a few minutes on 2 cores); the figures are noisier")
     parser.set_defaults(func=_bench)
 
 
@@ -35,12 +40,15 @@ def _bench(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"unknown benchmark {unknown[0]!r}; choose from {sorted(BENCHMARKS)}")
     for name in names:
-        result = BENCHMARKS[name](args.data_dir)
-        record = {"benchmark": name, "data_dir": args.data_dir, "machine": _machine(), **result}
+        began = time.monotonic()
+        result = BENCHMARKS[name](args.data_dir, **(QUICK[name] if args.quick else {}))
+        record = {"benchmark": name, "data_dir": args.data_dir, "machine": _machine(),
+                  "quick": args.quick, "seconds": round(time.monotonic() - began, 1), **result}
         atomic_write(Path(args.out_dir) / f"{name}.json", json.dumps(record, indent=2) + "\n")
-        print(f"{name}:")
+        png = plot(name, result, args.out_dir)
+        print(f"{name}: ({record['seconds']} s{f'; plot {png}' if png else ''})")
         for key, value in result.items():
-            if key == "detail":
-                continue  # per-learner numbers: in the JSON only
+            if key in ("detail", "curves"):
+                continue  # per-learner numbers and curves: in the JSON and the plot
             print(f"  {key:<16} {value}")
     return 0

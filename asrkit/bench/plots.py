@@ -1,0 +1,69 @@
+"""PNG plots of benchmark results (matplotlib, no display needed).
+
+:func:`plot` draws ``<out_dir>/<name>.png`` for a benchmark's result dict: bars of each
+side against its same-run baseline, or, for ``convergence``, dev loss against training
+time per strategy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _bars(ax, labels: list[str], values: list[float], ylabel: str, title: str) -> None:
+    ax.bar(range(len(values)), values, color=["#4c72b0", "#dd8452"] * len(values))
+    ax.set_xticks(range(len(values)), labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+
+
+def plot(name: str, result: dict, out_dir: str | Path) -> Path | None:
+    """Write ``out_dir/<name>.png``; returns its path (None for an unknown result shape)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    try:
+        if name == "convergence":
+            for strategy, rows in result["curves"].items():
+                ax.plot([r[0] for r in rows], [r[1] for r in rows], marker=".", label=strategy)
+            ax.axhline(result["target_loss"], color="grey", linestyle=":", label="target loss")
+            ax.set_xlabel("training time (s)")
+            ax.set_ylabel("held-out CTC loss per utterance")
+            ax.set_title(f"convergence per wall clock ({result['source']})", fontsize=9)
+            ax.legend(fontsize=8)
+        elif name == "strategies":
+            rows = {k: v for k, v in result.items() if k.endswith(("equal_speed", "straggler_2x"))}
+            labels = [f"{k} {s}" for k in rows for s in ("sync", "adpsgd")]
+            values = [rows[k][f"{s}_samples_per_s"] for k in rows for s in ("sync", "adpsgd")]
+            _bars(ax, labels, values, "aggregate samples/s", f"strategy throughput ({result['cpus']} CPUs)")
+        elif name == "compute":
+            sizes = [k for k in ("demo", "paper") if k in result]
+            _bars(ax, sizes, [result[k]["fraction_of_matmul"] for k in sizes],
+                  "training FLOP/s / matmul FLOP/s", f"compute efficiency on {result['device']}")
+        elif name == "decoding":
+            keys = ["forward_rtf", "greedy_search_rtf", "beam_lm_search_rtf"]
+            _bars(ax, keys, [result[k] for k in keys], "real-time factor", "decoding on the CPU")
+        elif name == "scoring":
+            _bars(ax, ["asrkit score", "sclite"], [result["asrkit_s"], result["sclite_s"]], "seconds",
+                  f"scoring {result['utterances']} utterances")
+        elif name == "trainer":
+            _bars(ax, ["asrkit", "minimal loop"],
+                  [result["asrkit_s_per_step"], result["minimal_s_per_step"]], "seconds per step",
+                  "trainer overhead")
+        elif name == "features":
+            _bars(ax, ["asrkit", "baseline"], [result["asrkit_rtf"], result["baseline_rtf"]],
+                  "real-time factor", "fbank extraction")
+        else:
+            return None
+        fig.tight_layout()
+        path = Path(out_dir) / f"{name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+        return path
+    except KeyError:
+        return None
+    finally:
+        plt.close(fig)
