@@ -38,3 +38,25 @@ def test_rates_are_measured() -> None:
     assert matmul_rate(cpu, size=64, repeats=2) > 0
     rate = training_rate("tiny", cpu, batch=2, seconds=0.3, steps=1)
     assert rate["frames"] == 60 and rate["gflop_s"] > 0 and rate["step_s"] > 0
+
+
+def test_every_benchmark_has_quick_settings_and_a_plot(tmp_path) -> None:
+    from asrkit.bench import BENCHMARKS, QUICK
+    from asrkit.bench.plots import plot
+
+    assert set(QUICK) == set(BENCHMARKS)
+    result = {"source": "test", "target_loss": 2.0,
+              "curves": {"sync": [[1.0, 3.0, 50.0], [2.0, 2.0, 40.0]], "adpsgd": [[1.5, 2.5, 45.0]]}}
+    png = plot("convergence", result, tmp_path)
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot("scoring", {"asrkit_s": 1.0, "sclite_s": 0.5, "utterances": 3}, tmp_path) is not None
+    assert plot("nonesuch", {}, tmp_path) is None
+
+
+def test_synthetic_scoring_pairs_are_seeded_and_sorted_ids() -> None:
+    from asrkit.bench.scoring import synthetic_pairs
+
+    refs, hyps = synthetic_pairs(50, seed=3)
+    assert (refs, hyps) == synthetic_pairs(50, seed=3)
+    assert [r.split()[0] for r in refs] == [h.split()[0] for h in hyps]
+    assert sum(r != h for r, h in zip(refs, hyps, strict=True)) > 20  # errors are there
