@@ -23,10 +23,10 @@ import torch
 
 from asrkit.data.datadir import read_data_dir, write_kaldi_map
 from asrkit.data.kaldi_ark import write_ark
-from asrkit.decoding.recognizer import Recognizer, check_exp_dir
 from asrkit.errors import ConfigError, DataError
-from asrkit.stages.decode import decode_targets, resolve_sets
+from asrkit.stages.decode import decode_targets, resolve_sets, stage_recognizer
 from asrkit.stages.registry import StageContext, stage
+from asrkit.stages.train import alignment_source
 from asrkit.targets.alignments import read_alignments
 from asrkit.targets.forced_align import (
     class_counts,
@@ -35,7 +35,6 @@ from asrkit.targets.forced_align import (
     write_alignment_dir,
     write_counts,
 )
-from asrkit.training.trainer import pick_device
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +43,7 @@ log = logging.getLogger(__name__)
        "alignment dirs ali_<set>/")
 def align(ctx: StageContext) -> None:
     cfg = ctx.cfg.align
-    check_exp_dir(ctx.exp_dir, cfg.model)
-    recognizer = Recognizer(ctx.exp_dir, model=cfg.model, device=pick_device(ctx.cfg.train.device),
-                            max_frames=ctx.cfg.decode.max_frames)
+    recognizer = stage_recognizer(ctx, cfg.model)
     if recognizer.decode_head != "ctc":
         log.info("stage 6 skipped: %s is a CE model; alignments come from a CTC model",
                  ctx.exp_dir / cfg.model)
@@ -83,12 +80,9 @@ def align(ctx: StageContext) -> None:
 @stage(7, "loglikes", "per-frame log posterior - log prior of the dev and test sets as Kaldi "
        "matrices (for latgen-faster-mapped)")
 def loglikes(ctx: StageContext) -> None:
-    check_exp_dir(ctx.exp_dir, ctx.cfg.decode.model)
-    recognizer = Recognizer(ctx.exp_dir, model=ctx.cfg.decode.model,
-                            device=pick_device(ctx.cfg.train.device),
-                            max_frames=ctx.cfg.decode.max_frames)
+    recognizer = stage_recognizer(ctx, ctx.cfg.decode.model)
     head = "frame" if recognizer.meta.get("objective", "ctc") == "ce" else "ctc"
-    source = ctx.cfg.align.train or str(ctx.exp_dir / f"ali_{ctx.cfg.data.train_set}")
+    source = alignment_source(ctx.cfg, ctx.exp_dir, "train")
     if not ctx.cfg.align.train and not Path(source).is_dir():
         raise ConfigError(f"{source}: no training alignments to count class priors from; run "
                           "the forced-alignment stage (stage 6) or set align.train")

@@ -38,6 +38,13 @@ def resolve_sets(ctx: StageContext, entries: list[str]) -> list[tuple[str, Path]
     return out
 
 
+def stage_recognizer(ctx: StageContext, model: str) -> Recognizer:
+    """The experiment's ``model`` bundle as a :class:`Recognizer` on the configured device."""
+    check_exp_dir(ctx.exp_dir, model)
+    return Recognizer(ctx.exp_dir, model=model, device=pick_device(ctx.cfg.train.device),
+                      max_frames=ctx.cfg.decode.max_frames)
+
+
 def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
     """The sets to decode: ``decode.sets``, or the recipe's dev and test sets."""
     return resolve_sets(ctx, ctx.cfg.decode.sets or [ctx.cfg.data.dev_set, *ctx.cfg.data.test_sets])
@@ -47,9 +54,7 @@ def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
        "(decode=beam_lm); hyp and scoring/ in decode_[<method>_]<set>/")
 def decode(ctx: StageContext) -> None:
     cfg = ctx.cfg.decode
-    check_exp_dir(ctx.exp_dir, cfg.model)
-    recognizer = Recognizer(ctx.exp_dir, model=cfg.model, device=pick_device(ctx.cfg.train.device),
-                            max_frames=cfg.max_frames)
+    recognizer = stage_recognizer(ctx, cfg.model)
     if recognizer.decode_head is None:
         log.info("stage 5 skipped: %s has Kaldi pdf-id classes; use stage 7's log-likelihoods",
                  ctx.exp_dir / cfg.model)

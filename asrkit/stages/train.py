@@ -55,7 +55,7 @@ def train(ctx: StageContext) -> None:
     strategy.check()
     if ctx.cfg.objective == "ce":
         # Before any learner starts: they all read the tokenizer this may copy.
-        adopt_alignment_tokenizer(_ali_source(ctx.cfg, ctx.exp_dir, "train"), ctx.exp_dir)
+        adopt_alignment_tokenizer(alignment_source(ctx.cfg, ctx.exp_dir, "train"), ctx.exp_dir)
     if strategy.world_size > 1 and not under_torchrun():
         launch_learners(strategy, ["asrkit.distributed.worker", str(ctx.exp_dir / "config.yaml")])
         if strategy.node_rank == 0:
@@ -149,7 +149,7 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
              metric, state.best[metric], state.best["epoch"])
 
 
-def _ali_source(cfg: AsrkitConfig, exp_dir: Path, which: str) -> str:
+def alignment_source(cfg: AsrkitConfig, exp_dir: Path, which: str) -> str:
     """``align.train`` / ``align.dev``, or this experiment's forced-alignment dir."""
     setting = cfg.align.train if which == "train" else cfg.align.dev
     name = cfg.data.train_set if which == "train" else cfg.data.dev_set
@@ -174,7 +174,7 @@ def _with_alignments(cfg: AsrkitConfig, exp_dir: Path, utts: list, which: str, *
                      num_classes: int, log_it: bool) -> tuple[list, int, bool]:
     """Check ``utts``' alignments and attach them; returns the kept utterances, the number
     of classes and whether the classes are tokenizer units."""
-    source = _ali_source(cfg, exp_dir, which)
+    source = alignment_source(cfg, exp_dir, which)
     check = cfg.align.check_config(num_classes=num_classes)
     fixed, report = check_alignments(read_alignments(source),
                                      {u.utt: u.feats.shape[0] for u in utts}, check, source=source)

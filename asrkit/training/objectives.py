@@ -11,6 +11,7 @@ Public API: :class:`Objective`, :class:`CtcObjective`, :class:`FrameCEObjective`
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Iterable
 
 import torch
@@ -26,23 +27,22 @@ from asrkit.training.data import Batch
 IGNORE = -1
 
 
-class Objective:
+class Objective(abc.ABC):
     """A loss over batches and the dev metrics that go with it."""
 
     name = ""
     #: Which model output the greedy decoder reads (``ctc`` or ``frame``), or None.
     decodes_from: str | None = None
 
+    @abc.abstractmethod
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """The summed loss / ``batch.norm``."""
-        raise NotImplementedError
 
-    @torch.no_grad()
+    @abc.abstractmethod
     def validate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
                  texts: dict[str, str]) -> dict[str, float]:
         """Dev metrics: ``loss`` always; ``wer`` (%) against ``texts`` (utterance ->
         transcript) when the output decodes to words."""
-        raise NotImplementedError
 
     @staticmethod
     def _wer(batch: Batch, scores: torch.Tensor, lengths: torch.Tensor, tokenizer: Tokenizer,
