@@ -68,6 +68,12 @@ def bench_strategies(data_dir: str | Path, *, utterances: int = 128, epochs: int
                 rows[key] = {"sync_samples_per_s": speeds["sync"],
                              "adpsgd_samples_per_s": speeds["adpsgd"],
                              "adpsgd_over_sync": round(speeds["adpsgd"] / speeds["sync"], 3)}
+                if straggler == "one":
+                    # One learner at half speed: ADPSGD keeps (n - 1/2)/n of its throughput,
+                    # SYNC runs at the slow one's pace (1/2): ideal ratio (2n - 1)/n.
+                    rows[key]["ideal"] = round((2 * n - 1) / n, 3)
+                    if n == 4:
+                        rows[key]["target"] = 1.5
                 details[key] = {s: [_learner_summary(m) for m in r["learners_detail"]]
                                 for s, r in runs.items()}
     return {"utterances": utterances, "epochs": epochs, "cpus": os.cpu_count(), "model": "demo",
