@@ -54,8 +54,9 @@ def plot(name: str, result: dict, out_dir: str | Path) -> Path | None:
                   [result["asrkit_s_per_step"], result["minimal_s_per_step"]], "seconds per step",
                   "trainer overhead")
         elif name == "features":
-            _bars(ax, ["asrkit", "baseline"], [result["asrkit_rtf"], result["baseline_rtf"]],
-                  "real-time factor", "fbank extraction")
+            names = [n for n in ("asrkit", "knf", "loop") if f"{n}_rtf" in result]
+            _bars(ax, names, [result[f"{n}_rtf"] for n in names], "real-time factor",
+                  "fbank extraction (knf = kaldi-native-fbank)")
         else:
             return None
         fig.tight_layout()
