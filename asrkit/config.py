@@ -9,6 +9,8 @@ unknown keys or bad values into a one-line :class:`ConfigError`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ from asrkit.targets.align_config import AlignConfig
 from asrkit.targets.tokenizer import TokenizerConfig
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 from asrkit.training.objectives import OBJECTIVES
+from asrkit.training.resume import check_resume_mode
 
 #: ``conf/`` beside the ``asrkit`` package in a source checkout.
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -75,6 +78,8 @@ class AsrkitConfig:
         feats_root: where feature arks are written.
         exp_dir: experiment directory (config, command, logs, models, decodes).
         objective: ``ctc`` (token targets) or ``ce`` (frame targets from ``align``).
+        resume: training continues from its last complete checkpoint when one made with
+            the same settings exists (``auto``), must (``true``) or starts over (``false``).
     """
 
     name: str = "an4"
@@ -83,6 +88,7 @@ class AsrkitConfig:
     feats_root: str = "${features.kind}"
     exp_dir: str = "exp/${name}"
     objective: str = "ctc"
+    resume: str = "auto"
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
@@ -152,6 +158,7 @@ def compose(
     if typed.decode.tune_set in typed.data.test_sets:
         raise ConfigError(f"decode.tune_set={typed.decode.tune_set!r} is a test set; tune on the "
                           f"dev set ({typed.data.dev_set})")
+    check_resume_mode(typed.resume)
     if typed.objective not in OBJECTIVES:
         raise ConfigError(f"objective={typed.objective!r} is unknown; choose one of {sorted(OBJECTIVES)}")
     return cfg
@@ -173,3 +180,25 @@ def _describe(err: Exception) -> str:
         return (f"unknown or invalid setting '{key}': {detail or text}; check the spelling "
                 "against `asrkit run --cfg` (add a new key with +key=value)")
     return f"bad configuration: {text}{(' (' + detail + ')') if detail else ''}"
+
+
+#: Settings that do not change what a stage produces (parallelism, logging, rendezvous,
+#: fault handling); a change to them does not make a finished stage run again.
+NOT_OUTPUT_SETTINGS = frozenset({
+    "features.nj", "train.progress", "train.log_every", "train.save_every",
+    "train.keep_checkpoints", "strategy.master_addr", "strategy.master_port",
+    "strategy.node_rank", "strategy.timeout_s", "strategy.max_restarts", "decode.nj",
+})
+
+
+def settings_hash(cfg: AsrkitConfig, keys: Sequence[str]) -> tuple[str, dict]:
+    """A short hash of the top-level config ``keys`` (less :data:`NOT_OUTPUT_SETTINGS`),
+    and the settings it covers, as plain data."""
+    plain = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    chosen = {key: plain[key] for key in sorted(set(keys))}
+    for dotted in NOT_OUTPUT_SETTINGS:
+        section, _, name = dotted.partition(".")
+        if isinstance(chosen.get(section), dict):
+            chosen[section].pop(name, None)
+    text = json.dumps(chosen, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16], chosen

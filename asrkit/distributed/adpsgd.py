@@ -91,6 +91,12 @@ class PairwiseAverager:
     def start(self) -> None:
         self._thread.start()
 
+    def restore(self, local_samples: int) -> None:
+        """Continue a resumed run: this learner had processed ``local_samples``. The global
+        total is exact after the thread's first all-reduce, which comes before any round."""
+        self.local_samples = self._samples_at_check = local_samples
+        self.global_samples = float(local_samples * len(self.members))
+
     # -- compute-thread side -------------------------------------------------------------
 
     def publish(self, samples: int) -> None:
@@ -211,7 +217,8 @@ class ProgressBatches(BucketBatches):
         self.total, self.progress = total, progress
         self.last_bucket = 0  # utterances in the latest batch across its learners (HYBRID's group)
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
+    def epoch(self, epoch: int, *, start: int = 0) -> Iterator[Batch]:
+        # ``start`` is unused: these learners resume from epoch ends only (not lock-step).
         goal = (epoch + 1) * self.total
         rng = random.Random(self.seed * 100_003 + epoch)
         while True:
@@ -226,12 +233,21 @@ class ProgressBatches(BucketBatches):
 
 
 class AdpsgdHooks(StrategyHooks):
-    """ADPSGD among all learners."""
+    """ADPSGD among all learners.
+
+    Resume: every learner saves its own replica at epoch ends; a resumed run continues
+    from the replicas (not from the main learner's) with the samples each had processed.
+    The averaging delta still in flight at the save is not kept (the learners' mean may
+    move by that much once); the run is asynchronous, so it is not bitwise reproducible.
+    """
+
+    lockstep = False
 
     def __init__(self, cfg: StrategyConfig, ctx: DistContext, *, seed: int) -> None:
         super().__init__(cfg, ctx, seed=seed)
         self.averager: PairwiseAverager | None = None
         self.total = 0
+        self._restored_samples: int | None = None
         # The communication thread's own group, created by every rank before any thread starts.
         self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=cfg.timeout_s))
 
@@ -256,13 +272,22 @@ class AdpsgdHooks(StrategyHooks):
     def averagings(self) -> int:
         return self.averager.rounds if self.averager is not None else 0
 
+    def state_dict(self) -> dict:
+        return {"local_samples": self.averager.local_samples if self.averager else 0}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._restored_samples = int(state["local_samples"])
+
     def wrap_model(self, model: nn.Module) -> nn.Module:
         params = list(model.parameters())
-        broadcast_params(params, self.world_group)  # replicas start identical, as in SYNC
+        if not self.resumed:
+            broadcast_params(params, self.world_group)  # replicas start identical, as in SYNC
         self.averager = PairwiseAverager(
             params, members=list(range(self.world_size)), rank=self.rank, group=self.group,
             pattern=self.cfg.pattern, seed=self.seed, period=self.cfg.averaging_period,
             check_every=self.cfg.check_every)
+        if self._restored_samples is not None:
+            self.averager.restore(self._restored_samples)
         self.averager.start()
         return model
 

@@ -17,6 +17,7 @@ from asrkit.data.io import atomic_write
 from asrkit.distributed.config import StragglerConfig, StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.errors import DataError
+from asrkit.training.resume import Tag, common_tag
 from asrkit.training.trainer import TrainHooks, TrainState
 
 
@@ -94,6 +95,11 @@ class StrategyHooks(TrainHooks):
     def comm_wait_s(self) -> float | None:
         """Seconds spent waiting on communication (None where it cannot be separated)."""
         return None
+
+    def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, [list(t) for t in tags], group=self.world_group)
+        return common_tag([[tuple(t) for t in mine] for mine in gathered])
 
     def averagings(self) -> int:
         return 0

@@ -53,6 +53,8 @@ class StrategyConfig:
         timeout_s: process-group timeout; a dead or stuck learner makes the others
             fail with an error after this long instead of hanging.
         threads_per_learner: intra-op CPU threads per learner process.
+        max_restarts: times torchrun restarts the learners after one fails (each restart
+            resumes from the last checkpoint every learner holds; ``resume=auto``).
         pattern: ADPSGD partner pattern, ``fixed`` (ring) or ``random`` (seeded matching).
         averaging_period: ADPSGD pacing, local steps per averaging round.
         check_every: ADPSGD rounds between progress/stop all-reduces.
@@ -76,6 +78,7 @@ class StrategyConfig:
     backend: str = "auto"
     timeout_s: float = 300.0
     threads_per_learner: int = 1
+    max_restarts: int = 0
     pattern: str = "random"
     averaging_period: int = 1
     check_every: int = 1
@@ -124,6 +127,8 @@ class StrategyConfig:
         if self.straggler.rank >= self.world_size:
             raise ConfigError(f"strategy.straggler.rank={self.straggler.rank} but there are only "
                               f"{self.world_size} learners; use -1 (the last) or a rank below that")
+        if self.max_restarts < 0:
+            raise ConfigError(f"strategy.max_restarts={self.max_restarts} must be >= 0")
         if self.timeout_s <= 0:
             raise ConfigError(f"strategy.timeout_s={self.timeout_s} must be positive")
 

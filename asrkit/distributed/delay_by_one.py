@@ -74,8 +74,23 @@ class DelayByOneHooks(StrategyHooks):
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         self.params = list(model.parameters())
-        broadcast_params(self.params, self.world_group)
+        if not self.resumed:
+            broadcast_params(self.params, self.world_group)
         return model
+
+    def state_dict(self) -> dict:
+        """The exchanges not merged yet, completed (merging later gives the same result)."""
+        pending = []
+        for mine, theirs, requests in self.inflight:
+            for request in requests:
+                request.wait()
+            requests.clear()
+            pending.append({"mine": mine, "theirs": theirs})
+        return {"pending": pending, "rounds": self.rounds}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.inflight = deque((p["mine"], p["theirs"], []) for p in state["pending"])
+        self.rounds = int(state["rounds"])
 
     def before_step(self, state: TrainState) -> None:
         super().before_step(state)

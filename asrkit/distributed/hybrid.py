@@ -36,7 +36,9 @@ from asrkit.training.trainer import TrainState
 
 
 class HybridHooks(StrategyHooks):
-    """In-group DDP + ADPSGD among group leaders."""
+    """In-group DDP + ADPSGD among group leaders (resumes from epoch ends, as ADPSGD)."""
+
+    lockstep = False
 
     def __init__(self, cfg: StrategyConfig, ctx: DistContext, *, seed: int) -> None:
         super().__init__(cfg, ctx, seed=seed)
@@ -60,6 +62,7 @@ class HybridHooks(StrategyHooks):
         self.total = 0
         self._group_samples = 0
         self.batches: ProgressBatches | None = None
+        self._restored_leader_samples: int | None = None
 
     def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
         # The group's shard, batched like SYNC inside the group (1/groups of the global batch).
@@ -82,14 +85,25 @@ class HybridHooks(StrategyHooks):
     def averagings(self) -> int:
         return self.averager.rounds if self.averager is not None else 0
 
+    def state_dict(self) -> dict:
+        return {"progress": self.progress, "group_samples": self._group_samples,
+                "leader_samples": self.averager.local_samples if self.averager else 0}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.progress, self._group_samples = float(state["progress"]), int(state["group_samples"])
+        self._restored_leader_samples = int(state["leader_samples"])
+
     def wrap_model(self, model: nn.Module) -> nn.Module:
         self.params = list(model.parameters())
-        broadcast_params(self.params, self.world_group)
+        if not self.resumed:
+            broadcast_params(self.params, self.world_group)
         if self.is_leader and self.groups > 1:
             self.averager = PairwiseAverager(
                 self.params, members=[g * self.cfg.group_size for g in range(self.groups)],
                 rank=self.rank, group=self.leaders, pattern=self.cfg.pattern, seed=self.seed,
                 period=self.cfg.averaging_period, check_every=self.cfg.check_every)
+            if self._restored_leader_samples is not None:
+                self.averager.restore(self._restored_leader_samples)
             self.averager.start()
         if self.cfg.group_size == 1:
             return model

@@ -81,7 +81,8 @@ def torchrun_command(cfg: StrategyConfig, module_args: Sequence[str]) -> list[st
     return [sys.executable, "-m", "torch.distributed.run",
             f"--nproc-per-node={cfg.learners}", f"--nnodes={cfg.nnodes}",
             f"--node-rank={cfg.node_rank}", f"--master-addr={cfg.master_addr}",
-            f"--master-port={cfg.master_port}", "--max-restarts=0", "-m", *module_args]
+            f"--master-port={cfg.master_port}", f"--max-restarts={cfg.max_restarts}", "-m",
+            *module_args]
 
 
 def launch_learners(cfg: StrategyConfig, module_args: Sequence[str]) -> None:

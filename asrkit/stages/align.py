@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 @stage(6, "align", "force-align the training and dev sets with the CTC model into Kaldi "
-       "alignment dirs ali_<set>/")
+       "alignment dirs ali_<set>/", uses=("align",), needs=(4,))
 def align(ctx: StageContext) -> None:
     cfg = ctx.cfg.align
     recognizer = stage_recognizer(ctx, cfg.model)
@@ -78,7 +78,7 @@ def align(ctx: StageContext) -> None:
 
 
 @stage(7, "loglikes", "per-frame log posterior - log prior of the dev and test sets as Kaldi "
-       "matrices (for latgen-faster-mapped)")
+       "matrices (for latgen-faster-mapped)", needs=(4,))
 def loglikes(ctx: StageContext) -> None:
     recognizer = stage_recognizer(ctx, ctx.cfg.decode.model)
     head = "frame" if recognizer.meta.get("objective", "ctc") == "ce" else "ctc"

@@ -33,7 +33,8 @@ def load_prep_module(script: str) -> ModuleType:
     return module
 
 
-@stage(0, "download", "download the corpus unless data.corpus_dir already holds it")
+@stage(0, "download", "download the corpus unless data.corpus_dir already holds it",
+       uses=("data",), shared=True, record=False)
 def download(ctx: StageContext) -> None:
     prep = load_prep_module(ctx.cfg.data.prep_script)
     corpus_dir = Path(ctx.cfg.data.corpus_dir)
@@ -49,7 +50,8 @@ def download(ctx: StageContext) -> None:
                         f"the {ctx.cfg.data.corpus} corpus; check data.url")
 
 
-@stage(1, "data", "write Kaldi data dirs (train, train_dev, test) and validate them")
+@stage(1, "data", "write Kaldi data dirs (train, train_dev, test) and validate them",
+       uses=("data", "data_root"), needs=(0,), shared=True)
 def prepare(ctx: StageContext) -> None:
     prep = load_prep_module(ctx.cfg.data.prep_script)
     corpus_dir = Path(ctx.cfg.data.corpus_dir)

@@ -51,7 +51,8 @@ def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
 
 
 @stage(5, "decode", "greedy CTC decoding, plus beam search with the lexicon and LM tuned on dev "
-       "(decode=beam_lm); hyp and scoring/ in decode_[<method>_]<set>/")
+       "(decode=beam_lm); hyp and scoring/ in decode_[<method>_]<set>/", uses=("decode",),
+       needs=(4,))
 def decode(ctx: StageContext) -> None:
     cfg = ctx.cfg.decode
     recognizer = stage_recognizer(ctx, cfg.model)

@@ -10,7 +10,8 @@ from asrkit.stages.registry import StageContext, stage
 log = logging.getLogger(__name__)
 
 
-@stage(2, "features", "extract fbank/MFCC features (ark,scp) and CMVN stats for each set")
+@stage(2, "features", "extract fbank/MFCC features (ark,scp) and CMVN stats for each set",
+       uses=("features", "feats_root"), needs=(1,), shared=True)
 def features(ctx: StageContext) -> None:
     for name in ctx.cfg.data.all_sets:
         frames = compute_features_for_dir(ctx.data_root / name, ctx.feats_root, ctx.cfg.features)

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 @stage(3, "lang", "tokenizer (char/unigram/bpe), lexicon and Kneser-Ney word n-gram LM from the "
-       "training transcripts")
+       "training transcripts", uses=("tokenizer", "lm"), needs=(1,))
 def lang(ctx: StageContext) -> None:
     data = read_data_dir(ctx.data_root / ctx.cfg.data.train_set)
     assert data.text is not None

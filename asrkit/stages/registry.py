@@ -1,8 +1,17 @@
-"""The stage registry and runner (see :mod:`asrkit.stages`)."""
+"""The stage registry and runner (see :mod:`asrkit.stages`).
+
+Each stage declares the settings it ``uses`` and the stages whose outputs it ``needs``;
+its settings hash covers both, transitively. A finished stage records that hash in
+``<where its outputs go>/.stages/<number>-<name>.json`` (written last, atomically): a
+rerun with the same settings skips it and says so, a change or ``--force`` runs it
+again. A stage that fails or is killed leaves no record, so it runs again next time.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -11,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from asrkit.config import AsrkitConfig, to_object
+from asrkit.config import AsrkitConfig, settings_hash, to_object
 from asrkit.data.io import atomic_write
 from asrkit.errors import ConfigError
 
@@ -26,29 +35,66 @@ class StageContext:
     data_root: Path
     feats_root: Path
     exp_dir: Path
+    force: bool = False
 
 
 @dataclass(frozen=True)
 class Stage:
+    """A recipe stage. ``uses``: the top-level settings that shape its outputs; ``needs``:
+    the stages whose outputs it reads; ``shared``: its outputs go to the shared data dirs
+    (``data_root``, features) rather than the experiment dir; ``record``: keep a completion
+    record (off for a stage that checks its own outputs every time, as the download does)."""
+
     number: int
     name: str
     description: str
     run: Callable[[StageContext], None]
+    uses: tuple[str, ...] = ()
+    needs: tuple[int, ...] = ()
+    shared: bool = False
+    record: bool = True
 
 
 STAGES: dict[int, Stage] = {}
 
 
-def stage(number: int, name: str, description: str) -> Callable:
-    """Register ``func(ctx)`` as recipe stage ``number``."""
+def stage(number: int, name: str, description: str, *, uses: Sequence[str] = (),
+          needs: Sequence[int] = (), shared: bool = False, record: bool = True) -> Callable:
+    """Register ``func(ctx)`` as recipe stage ``number`` (see :class:`Stage`)."""
 
     def add(func: Callable[[StageContext], None]) -> Callable[[StageContext], None]:
         if number in STAGES:
             raise RuntimeError(f"stage {number} registered twice ({STAGES[number].name}, {name})")
-        STAGES[number] = Stage(number, name, description, func)
+        STAGES[number] = Stage(number, name, description, func, tuple(uses), tuple(needs), shared,
+                               record)
         return func
 
     return add
+
+
+def stage_settings(number: int) -> list[str]:
+    """The top-level settings stage ``number``'s outputs depend on, through its needs."""
+    keys, todo, seen = set(), [number], set()
+    while todo:
+        current = STAGES[todo.pop()]
+        if current.number in seen:
+            continue
+        seen.add(current.number)
+        keys.update(current.uses)
+        todo.extend(current.needs)
+    return sorted(keys)
+
+
+def _record_path(ctx: StageContext, current: Stage) -> Path:
+    root = ctx.data_root if current.shared else ctx.exp_dir
+    return root / ".stages" / f"{current.number}-{current.name}.json"
+
+
+def _finished(record: Path, digest: str) -> bool:
+    try:
+        return json.loads(record.read_text())["settings_hash"] == digest
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def describe_stages() -> str:
@@ -57,14 +103,17 @@ def describe_stages() -> str:
 
 
 def run_stages(
-    cfg: DictConfig, *, start: int, stop: int | None, command: Sequence[str]
+    cfg: DictConfig, *, start: int, stop: int | None, command: Sequence[str],
+    force: bool = False,
 ) -> None:
-    """Run every registered stage numbered ``start..stop`` (inclusive).
+    """Run every registered stage numbered ``start..stop`` (inclusive) that has not
+    finished with the same settings (all of them with ``force``).
 
     Args:
         cfg: the composed config (:func:`asrkit.config.compose`).
         start, stop: stage range; ``stop=None`` runs to the last stage.
         command: the command line that started the run, saved verbatim.
+        force: run finished stages again (training then starts over unless resume=true).
     """
     last = max(STAGES)
     stop = last if stop is None else stop
@@ -73,12 +122,15 @@ def run_stages(
     selected = [STAGES[n] for n in sorted(STAGES) if start <= n <= stop]
     if not selected:
         raise ConfigError(f"no stage between {start} and {stop}; stages are:\n{describe_stages()}")
+    if force and cfg.resume == "auto":
+        cfg.resume = "false"  # --force retrains from scratch (learners read config.yaml)
     typed = to_object(cfg)
     ctx = StageContext(
         cfg=typed,
         data_root=Path(typed.data_root),
         feats_root=Path(typed.feats_root),
         exp_dir=Path(typed.exp_dir),
+        force=force,
     )
     ctx.exp_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(ctx.exp_dir / "config.yaml", OmegaConf.to_yaml(cfg))
@@ -90,15 +142,32 @@ def run_stages(
         log.info("command: %s", shlex.join(command))
         log.info("experiment dir: %s (config saved as config.yaml)", ctx.exp_dir)
         for current in selected:
+            digest, settings = settings_hash(typed, stage_settings(current.number))
+            record = _record_path(ctx, current)
+            if current.record and not force and _finished(record, digest):
+                log.info("stage %d (%s): already done with these settings (%s); skipping it "
+                         "(--force runs it again)", current.number, current.name, record)
+                continue
+            record.unlink(missing_ok=True)
             log.info("stage %d (%s): start — %s", current.number, current.name,
                      current.description)
             began = time.monotonic()
             current.run(ctx)
-            log.info("stage %d (%s): done in %.1f s", current.number, current.name,
-                     time.monotonic() - began)
+            seconds = time.monotonic() - began
+            if current.record and typed.strategy.node_rank == 0 and _is_main_process():
+                atomic_write(record, json.dumps(
+                    {"stage": current.number, "name": current.name, "settings_hash": digest,
+                     "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                     "settings": settings}, indent=2) + "\n")
+            log.info("stage %d (%s): done in %.1f s", current.number, current.name, seconds)
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
+
+
+def _is_main_process() -> bool:
+    """False in the non-zero ranks of a user's own ``torchrun -m asrkit run``."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _log_file(exp_dir: Path) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from asrkit.config import AsrkitConfig
+from asrkit.config import AsrkitConfig, settings_hash
 from asrkit.data.io import atomic_write
 from asrkit.distributed.launch import (
     DistContext,
@@ -32,7 +32,7 @@ from asrkit.distributed.strategies import build_hooks
 from asrkit.errors import ConfigError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.models.lstm import build_model, model_args
-from asrkit.stages.registry import StageContext, stage
+from asrkit.stages.registry import StageContext, stage, stage_settings
 from asrkit.targets.alignments import check_alignments, read_alignments
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.checkpoint import (
@@ -49,7 +49,9 @@ log = logging.getLogger(__name__)
 
 
 @stage(4, "train", "train the (B)LSTM acoustic model (CTC, or frame CE on alignments), "
-       "validating on the dev set every epoch")
+       "validating on the dev set every epoch",
+       uses=("model", "optim", "schedule", "specaug", "train", "strategy", "objective", "seed",
+             "align"), needs=(2, 3))
 def train(ctx: StageContext) -> None:
     strategy = ctx.cfg.strategy
     strategy.check()
@@ -116,7 +118,8 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     hooks = build_hooks(cfg.strategy, dctx, seed=cfg.seed)
     trainer = Trainer(model, train_utts, dev_utts, tokenizer=tokenizer, exp_dir=exp_dir,
                       cfg=cfg.train, optim=cfg.optim, schedule=cfg.schedule, specaug=cfg.specaug,
-                      meta=meta, hooks=hooks, seed=cfg.seed, objective=objective)
+                      meta=meta, hooks=hooks, seed=cfg.seed, objective=objective,
+                      resume=cfg.resume, resume_key=settings_hash(cfg, stage_settings(4))[0])
     try:
         state = trainer.fit()
         hooks.write_metrics(exp_dir)

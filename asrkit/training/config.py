@@ -87,6 +87,9 @@ class TrainConfig:
             aligned its data: the encoder carries over, the new frame head does not).
         log_every: steps between TensorBoard/progress updates.
         progress: show a progress bar.
+        save_every: besides each epoch end, save the resume state every this many steps
+            (0 = epoch ends only; the lock-step strategies only — ADPSGD and HYBRID
+            learners take different numbers of steps, so they resume from epoch ends).
     """
 
     epochs: int = 20
@@ -101,6 +104,7 @@ class TrainConfig:
     init_from: str = ""
     log_every: int = 10
     progress: bool = True
+    save_every: int = 0
 
     def check(self) -> None:
         if self.epochs < 1:
@@ -109,6 +113,8 @@ class TrainConfig:
             raise ConfigError(f"train.device={self.device!r} is unknown; choose auto, cpu or cuda")
         if self.best_metric not in ("wer", "loss"):
             raise ConfigError(f"train.best_metric={self.best_metric!r}; choose wer or loss")
+        if self.save_every < 0:
+            raise ConfigError(f"train.save_every={self.save_every} must be >= 0 (0: epoch ends)")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1")
         if self.average_last > min(self.keep_checkpoints, self.epochs):

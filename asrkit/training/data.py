@@ -213,11 +213,12 @@ class BucketBatches:
     def __len__(self) -> int:
         return len(self.buckets)
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
+    def epoch(self, epoch: int, *, start: int = 0) -> Iterator[Batch]:
+        """Epoch ``epoch``'s batches from its ``start``-th on (a resumed run skips the rest)."""
         order = list(range(len(self.buckets)))
         if self.shuffle:
             random.Random(self.seed + epoch).shuffle(order)
-        for b in order:
+        for b in order[start:]:
             yield self._collate(self.buckets[b])
 
     def _collate(self, bucket: list[int]) -> Batch:

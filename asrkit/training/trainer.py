@@ -26,6 +26,15 @@ from asrkit.training.checkpoint import save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 from asrkit.training.data import Batch, BucketBatches, Utterance, collate
 from asrkit.training.objectives import CtcObjective, Objective
+from asrkit.training.resume import (
+    FaultInjection,
+    ResumeStore,
+    Tag,
+    check_resume_mode,
+    common_tag,
+    rng_state,
+    set_rng_state,
+)
 from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
 
@@ -55,6 +64,11 @@ class TrainHooks:
 
     rank: int = 0
     world_size: int = 1
+    #: Every learner takes the same steps (resume states may be saved mid-epoch).
+    lockstep: bool = True
+    #: Set before ``wrap_model`` when the run continues from a resume state (replicas keep
+    #: their restored weights instead of starting from the main learner's).
+    resumed: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -87,6 +101,17 @@ class TrainHooks:
 
     def write_metrics(self, exp_dir: Path) -> None:
         """Write the strategy's per-learner summary into the experiment dir (main learner)."""
+
+    def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
+        """The resume position every learner holds (a collective among learners)."""
+        return common_tag([tags])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The strategy's own state for a resume checkpoint (tensors, numbers, strings)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; called before ``wrap_model``."""
 
     def finish(self, model: nn.Module, state: TrainState) -> None:
         """The last epoch's steps are done, before its validation and checkpoint (final
@@ -132,14 +157,21 @@ class Trainer:
         hooks: the distributed strategy (default: single process).
         seed: seeds batch order and masking.
         objective: the loss and dev metrics (default CTC).
+        resume: ``auto`` continues from the newest resume state in ``exp_dir/checkpoints/
+            resume`` made with the same ``resume_key``; ``true`` requires one; ``false``
+            starts over (see :mod:`asrkit.training.resume`).
+        resume_key: a hash of the settings that shape training; states saved under
+            another key are not resumed from.
     """
 
     def __init__(self, model: LSTMAcousticModel, train: list[Utterance], dev: list[Utterance], *,
                  tokenizer: Tokenizer, exp_dir: str | Path, cfg: TrainConfig, optim: OptimConfig,
                  schedule: ScheduleConfig, specaug: SpecAugConfig, meta: dict[str, Any],
                  hooks: TrainHooks | None = None, seed: int = 1,
-                 objective: Objective | None = None) -> None:
+                 objective: Objective | None = None, resume: str = "false",
+                 resume_key: str = "") -> None:
         cfg.check()
+        self.resume, self.resume_key = check_resume_mode(resume), resume_key
         self.cfg, self.specaug, self.meta, self.seed = cfg, specaug, meta, seed
         self.objective = objective or CtcObjective()
         self.device = pick_device(cfg.device)
@@ -156,26 +188,40 @@ class Trainer:
         # SpecAugment draws per learner, so learners do not mask their utterances alike.
         self.generator = torch.Generator().manual_seed(seed * 1009 + self.hooks.rank)
         self._writer = None
+        self.store = ResumeStore(self.exp_dir / "checkpoints" / "resume", self.hooks.rank)
+        self.fault = FaultInjection(self.hooks.rank)
 
     def fit(self) -> TrainState:
-        """Train for ``cfg.epochs`` epochs, validating and checkpointing after each."""
+        """Train for ``cfg.epochs`` epochs, validating and checkpointing after each
+        (continuing from a resume state first, as ``resume`` says)."""
+        start_epoch, start_batch = self.restore()
+        if start_epoch >= self.cfg.epochs:
+            return self.state  # the run had finished: its last checkpoint is the final model
         model = self.hooks.wrap_model(self.model)
-        for epoch in range(self.state.epoch, self.cfg.epochs):
-            seconds = self.train_epoch(model, self.batches.epoch(epoch), epoch=epoch)
+        for epoch in range(start_epoch, self.cfg.epochs):
+            skip = start_batch if epoch == start_epoch else 0
+            seconds = self.train_epoch(model, self.batches.epoch(epoch, start=skip), epoch=epoch,
+                                       first=skip)
             self.state.epoch = epoch + 1
             if self.state.epoch < self.cfg.epochs:
                 self.hooks.after_epoch(model, self.state)
             else:
                 self.hooks.finish(model, self.state)  # the last checkpoint holds the final model
             self._end_epoch(epoch, seconds)
+            self.save_resume_state((epoch + 1, 0))
         return self.state
 
-    def train_epoch(self, model: nn.Module, batches: Iterable[Batch], *, epoch: int) -> float:
-        """One pass of optimizer steps over ``batches``; returns its wall time in seconds."""
+    def train_epoch(self, model: nn.Module, batches: Iterable[Batch], *, epoch: int,
+                    first: int = 0) -> float:
+        """One pass of optimizer steps over ``batches`` (batch ``first`` onwards of the
+        epoch); returns its wall time in seconds."""
         model.train()
         bar = self._progress(epoch)
+        if bar is not None and first:
+            bar.update(first)
         began, frames = time.monotonic(), 0
-        for batch in batches:
+        every = self.cfg.save_every if self.hooks.lockstep else 0
+        for index, batch in enumerate(batches, start=first + 1):
             self.hooks.before_step(self.state)
             lr = self._set_lr()
             loss = self.objective.loss(model, self._augment(batch).to(self.device))
@@ -188,6 +234,9 @@ class Trainer:
             self.state.step += 1
             self.state.samples += len(batch.utts)
             self.hooks.after_step(model, self.state)
+            self.fault.after_step(self.state.step)
+            if every and index % every == 0 and index < len(self.batches):
+                self.save_resume_state((epoch, index))
             frames += batch.frames
             self._log_step(bar, loss.item(), lr, frames / (time.monotonic() - began))
         if bar is not None:
@@ -244,6 +293,48 @@ class Trainer:
                 "progress": {"epoch": self.state.epoch, "step": self.state.step,
                              "samples": self.state.samples, "history": self.state.history,
                              "best": self.state.best}}
+
+    def save_resume_state(self, tag: Tag) -> None:
+        """This learner's full state at position ``tag`` = (epoch, next batch)."""
+        self.store.save({**self.checkpoint_state(),
+                         "position": {"epoch": tag[0], "batch": tag[1]},
+                         "settings": self.resume_key, "world_size": self.hooks.world_size,
+                         "rng": rng_state(self.generator), "strategy": self.hooks.state_dict()})
+
+    def restore(self) -> Tag:
+        """Load the resume state ``resume`` asks for; returns where training goes on."""
+        if self.resume == "false":
+            return (0, 0)
+        found = self.store.states()
+        usable = {tag: s for tag, s in found.items()
+                  if s.get("settings") == self.resume_key
+                  and s.get("world_size") == self.hooks.world_size}
+        tag = self.hooks.agree_on_resume(sorted(usable))
+        if tag is None:
+            where = self.store.directory
+            if self.resume == "true":
+                why = ("its states were saved with other settings or another number of "
+                       "learners" if found else "it holds no state of this learner")
+                raise ConfigError(f"resume=true but {where} cannot be resumed from ({why}); "
+                                  "use resume=auto or resume=false to start over")
+            if found and self.is_main:
+                log.warning("%s holds states saved with other settings or learners; starting "
+                            "over (they will be replaced)", where)
+            return (0, 0)
+        state = usable[tag]
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"], self.generator)
+        progress = state["progress"]
+        self.state = TrainState(epoch=progress["epoch"], step=progress["step"],
+                                samples=progress["samples"], history=list(progress["history"]),
+                                best=progress["best"])
+        self.hooks.load_state_dict(state["strategy"])
+        self.hooks.resumed = True
+        if self.is_main:
+            log.info("resuming from %s: epoch %d, batch %d (step %d)",
+                     self.store.directory, tag[0] + 1, tag[1], self.state.step)
+        return tag
 
     def _save(self, epoch: int, *, best: bool) -> None:
         ckpt_dir = self.exp_dir / "checkpoints"
