@@ -36,19 +36,24 @@ def synthetic_utterances(tokenizer: Tokenizer, count: int = 24, seed: int = 0) -
     return utts
 
 
-def make_trainer(out: Path, strategy: StrategyConfig, *, lr: float, epochs: int, ctx=None) -> Trainer:
+def make_trainer(out: Path, strategy: StrategyConfig, *, lr: float, epochs: int, ctx=None,
+                 resume: str = "false", save_every: int = 0, randomness: bool = False) -> Trainer:
+    """The tiny model on the synthetic set; ``randomness`` adds dropout and SpecAugment (so
+    a resumed run must restore the random generators to match)."""
     torch.manual_seed(0)
     tokenizer = Tokenizer(out / "tok")
     utts = synthetic_utterances(tokenizer)
-    model = build_model(ModelConfig(size="tiny"), input_dim=DIM, num_tokens=tokenizer.num_tokens)
+    model_cfg = ModelConfig(size="tiny", dropout=0.3 if randomness else -1.0)
+    model = build_model(model_cfg, input_dim=DIM, num_tokens=tokenizer.num_tokens)
     hooks = build_hooks(strategy, ctx, seed=0) if ctx is not None else None
+    specaug = SpecAugConfig(enabled=randomness, freq_width=2, time_width=3)
     return Trainer(model, utts, utts[:4], tokenizer=tokenizer, exp_dir=out / "exp",
                    cfg=TrainConfig(epochs=epochs, max_frames=300, max_batch=8, progress=False,
-                                   device="cpu", clip_grad_norm=1.0),
+                                   device="cpu", clip_grad_norm=1.0, save_every=save_every),
                    optim=OptimConfig(name="sgd", lr=lr, momentum=0.9),
                    schedule=ScheduleConfig(warmup_steps=0, anneal="none"),
-                   specaug=SpecAugConfig(enabled=False), meta={"model": model.args}, hooks=hooks,
-                   seed=0)
+                   specaug=specaug, meta={"model": model.args}, hooks=hooks,
+                   seed=0, resume=resume, resume_key="test")
 
 
 def main(argv: list[str]) -> int:

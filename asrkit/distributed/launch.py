@@ -65,8 +65,20 @@ def init_process_group(ctx: DistContext, *, timeout_s: float) -> None:
         return
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)
-    dist.init_process_group(ctx.backend, rank=ctx.rank, world_size=ctx.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if "MASTER_ADDR" not in os.environ:  # not under torchrun: torch's env:// explains what is missing
+        dist.init_process_group(ctx.backend, rank=ctx.rank, world_size=ctx.world_size,
+                                timeout=timeout)
+        return
+    # torchrun's static rendezvous keeps one store across restarts, so restarted learners
+    # would read the dead ones' addresses: every attempt gets keys of its own.
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          ctx.world_size, is_master=ctx.rank == 0 and not agent_store,
+                          timeout=timeout, multi_tenant=True)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(ctx.backend, store=dist.PrefixStore(f"asrkit/attempt{attempt}", store),
+                            rank=ctx.rank, world_size=ctx.world_size, timeout=timeout)
 
 
 def shutdown_process_group() -> None:
@@ -77,8 +89,8 @@ def shutdown_process_group() -> None:
 
 
 def torchrun_command(cfg: StrategyConfig, module_args: Sequence[str]) -> list[str]:
-    """``python -m torch.distributed.run ... -m <module_args>`` for this node."""
-    return [sys.executable, "-m", "torch.distributed.run",
+    """torchrun (through :mod:`asrkit.distributed.agent`) ... ``-m <module_args>`` for this node."""
+    return [sys.executable, "-m", "asrkit.distributed.agent",
             f"--nproc-per-node={cfg.learners}", f"--nnodes={cfg.nnodes}",
             f"--node-rank={cfg.node_rank}", f"--master-addr={cfg.master_addr}",
             f"--master-port={cfg.master_port}", f"--max-restarts={cfg.max_restarts}", "-m",
