@@ -106,3 +106,41 @@ def test_real_an4_through_run_sh(tmp_path: Path) -> None:
     train = set(read_data_dir(tmp_path / "data" / "train").spk2utt)
     dev = set(read_data_dir(tmp_path / "data" / "train_dev").spk2utt)
     assert not train & dev  # the fixed hold-out happens to end on a speaker boundary
+
+
+def test_finished_stages_are_skipped_until_their_settings_change(tmp_path: Path) -> None:
+    corpus = make_an4_corpus(tmp_path / "an4", "raw")
+    args = ["run", "--stage", "1", "--stop-stage", "2", f"data.corpus_dir={corpus}",
+            "data.num_dev=2", "features.nj=1", *_dirs(tmp_path)]
+    log_file = tmp_path / "exp" / "log" / "run.log"
+    feats = tmp_path / "data" / "test" / "feats.scp"
+
+    def run(*extra: str) -> str:
+        before = log_file.read_text() if log_file.exists() else ""
+        assert main([*args, *extra]) == 0
+        return log_file.read_text()[len(before):]
+
+    first = run()
+    assert "stage 2 (features): done in" in first
+    record = yaml.safe_load((tmp_path / "data" / ".stages" / "2-features.json").read_text())
+    assert record["settings"]["features"]["num_mel_bins"] == 80 and len(record["settings_hash"]) == 16
+    stamp = feats.stat().st_mtime_ns
+    again = run("features.nj=2")  # parallelism does not change the features
+    assert "stage 1 (data): already done" in again and "stage 2 (features): already done" in again
+    assert feats.stat().st_mtime_ns == stamp
+    changed = run("features.num_mel_bins=40")
+    assert "stage 1 (data): already done" in changed and "stage 2 (features): done in" in changed
+    forced = run("features.num_mel_bins=40", "--force")
+    assert "stage 1 (data): done in" in forced and "stage 2 (features): done in" in forced
+    # A stage that fails leaves no record, so it runs again next time.
+    (tmp_path / "data" / "test" / "wav.scp").write_text("broken\n")
+    assert main([*args, "--force", "--stage", "2"]) == 2
+    assert not (tmp_path / "data" / ".stages" / "2-features.json").exists()
+
+
+def test_a_change_upstream_reruns_the_stages_that_need_it() -> None:
+    from asrkit.stages.registry import stage_settings
+
+    assert "features" in stage_settings(5) and "decode" in stage_settings(5)
+    assert "decode" not in stage_settings(4) and "align" not in stage_settings(3)
+    assert "model" in stage_settings(7) and "tokenizer" in stage_settings(4)
