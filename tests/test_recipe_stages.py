@@ -44,6 +44,13 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     log = (exp / "log" / "run.log").read_text()
     for stage in ("lang", "train", "decode"):
         assert f"({stage}): done in" in log
+    # The same command again: every stage is skipped, the scores are shown again.
+    again = run_cli("run", "--stage", "2", "--stop-stage", "5", *result.args[8:])
+    assert again.returncode == 0, again.stderr[-3000:]
+    for number, name in ((2, "features"), (3, "lang"), (4, "train"), (5, "decode")):
+        assert f"stage {number} ({name}): already done with these settings" in again.stderr
+    assert [ln for ln in again.stdout.splitlines() if "%WER" in ln] == \
+        [ln for ln in result.stdout.splitlines() if "%WER" in ln]
 
     hyp = read_kaldi_map(exp / "decode_test" / "hyp", allow_empty_value=True)
     wav_scp = read_kaldi_map(tmp_path / "data" / "test" / "wav.scp")

@@ -50,9 +50,23 @@ def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
     return resolve_sets(ctx, ctx.cfg.decode.sets or [ctx.cfg.data.dev_set, *ctx.cfg.data.test_sets])
 
 
+def show_results(ctx: StageContext) -> None:
+    """Print the scores of a finished decode again (when the stage is skipped)."""
+    method, names = ctx.cfg.decode.method, [name for name, _ in decode_targets(ctx)]
+    folders = [("greedy", ctx.exp_dir / f"decode_{name}", name) for name in names]
+    if method != "greedy":
+        folders += [(method, ctx.exp_dir / f"decode_{method}_{name}", name) for name in names]
+    for label, folder, name in folders:  # in the order the stage reports them
+        if (folder / "scoring" / "wer").is_file():
+            setting = folder / "setting"
+            if setting.is_file():
+                label = f"{label}, {setting.read_text().strip()}"
+            _report(name, label, (folder / "scoring" / "wer").read_text().splitlines()[0], folder)
+
+
 @stage(5, "decode", "greedy CTC decoding, plus beam search with the lexicon and LM tuned on dev "
        "(decode=beam_lm); hyp and scoring/ in decode_[<method>_]<set>/", uses=("decode",),
-       needs=(4,))
+       needs=(4,), on_skip=show_results)
 def decode(ctx: StageContext) -> None:
     cfg = ctx.cfg.decode
     recognizer = stage_recognizer(ctx, cfg.model)

@@ -43,7 +43,8 @@ class Stage:
     """A recipe stage. ``uses``: the top-level settings that shape its outputs; ``needs``:
     the stages whose outputs it reads; ``shared``: its outputs go to the shared data dirs
     (``data_root``, features) rather than the experiment dir; ``record``: keep a completion
-    record (off for a stage that checks its own outputs every time, as the download does)."""
+    record (off for a stage that checks its own outputs every time, as the download does);
+    ``on_skip``: called instead of ``run`` when the stage is skipped (e.g. to show results)."""
 
     number: int
     name: str
@@ -53,20 +54,22 @@ class Stage:
     needs: tuple[int, ...] = ()
     shared: bool = False
     record: bool = True
+    on_skip: Callable[[StageContext], None] | None = None
 
 
 STAGES: dict[int, Stage] = {}
 
 
 def stage(number: int, name: str, description: str, *, uses: Sequence[str] = (),
-          needs: Sequence[int] = (), shared: bool = False, record: bool = True) -> Callable:
+          needs: Sequence[int] = (), shared: bool = False, record: bool = True,
+          on_skip: Callable[[StageContext], None] | None = None) -> Callable:
     """Register ``func(ctx)`` as recipe stage ``number`` (see :class:`Stage`)."""
 
     def add(func: Callable[[StageContext], None]) -> Callable[[StageContext], None]:
         if number in STAGES:
             raise RuntimeError(f"stage {number} registered twice ({STAGES[number].name}, {name})")
         STAGES[number] = Stage(number, name, description, func, tuple(uses), tuple(needs), shared,
-                               record)
+                               record, on_skip)
         return func
 
     return add
@@ -147,6 +150,8 @@ def run_stages(
             if current.record and not force and _finished(record, digest):
                 log.info("stage %d (%s): already done with these settings (%s); skipping it "
                          "(--force runs it again)", current.number, current.name, record)
+                if current.on_skip is not None:
+                    current.on_skip(ctx)
                 continue
             record.unlink(missing_ok=True)
             log.info("stage %d (%s): start — %s", current.number, current.name,
