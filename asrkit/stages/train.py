@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from asrkit.config import AsrkitConfig, settings_hash
-from asrkit.data.io import atomic_write
+from asrkit.data.io import atomic_write, atomic_writer
 from asrkit.distributed.launch import (
     DistContext,
     check_world,
@@ -84,7 +84,8 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     if cfg.features.cmvn == "global":
         # The training set's stats normalise every set, and travel with the model.
         if dctx.is_main:
-            shutil.copyfile(train_dir / "cmvn_global.ark", exp_dir / "cmvn_global.ark")
+            with atomic_writer(exp_dir / "cmvn_global.ark", "wb") as out:
+                out.write((train_dir / "cmvn_global.ark").read_bytes())
         stats = read_cmvn(train_dir / "cmvn_global.ark")
     normalize = CmvnNormalizer(cfg.features.cmvn, global_stats=stats,
                                norm_vars=cfg.features.norm_vars)
