@@ -27,7 +27,7 @@ from asrkit.distributed.config import StrategyConfig
 from asrkit.errors import ConfigError
 from asrkit.features.extractors import FeatureConfig
 from asrkit.lm.config import LMConfig
-from asrkit.models.lstm import ModelConfig
+from asrkit.models.lstm import ModelConfig, model_args
 from asrkit.targets.align_config import AlignConfig
 from asrkit.targets.tokenizer import TokenizerConfig
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
@@ -146,6 +146,8 @@ def compose(
     typed.features.check()
     typed.tokenizer.check()
     typed.train.check()
+    typed.optim.check()
+    model_args(typed.model)  # an unknown model.size fails here, not after stages 1-3
     typed.strategy.check()
     typed.align.check()
     typed.decode.check()

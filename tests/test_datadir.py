@@ -8,6 +8,7 @@ import pytest
 
 from asrkit.data import read_data_dir, read_kaldi_map, validate_data_dir, write_kaldi_map
 from asrkit.errors import DataError
+from tests.conftest import run_cli
 
 
 def test_round_trip_is_sorted_and_consistent(data_dir: Path) -> None:
@@ -71,3 +72,8 @@ def test_read_kaldi_map_allows_empty_values_only_when_asked(tmp_path: Path) -> N
     assert read_kaldi_map(tmp_path / "hyp", allow_empty_value=True) == {"u1": "A B", "u2": ""}
     with pytest.raises(DataError, match="'u2' has no value"):
         read_kaldi_map(tmp_path / "hyp")
+
+
+def test_validate_data_cli_ok(data_dir: Path) -> None:
+    result = run_cli("validate-data", str(data_dir))
+    assert result.returncode == 0 and "OK (4 utterances, 2 speakers" in result.stdout

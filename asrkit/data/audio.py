@@ -56,8 +56,10 @@ def load_audio(entry: str, *, utt: str = "?") -> tuple[np.ndarray, int]:
     try:
         samples, rate = soundfile.read(source, dtype="int16", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, ValueError) as err:
+        # soundfile prefixes "Error opening <source>: ", a BytesIO's repr for a pipe's output.
+        reason = str(err).replace(f"Error opening {source!r}: ", "")
         raise DataError(
-            f"utterance '{utt}': cannot read audio {where}: {err}; the file is truncated or "
+            f"utterance '{utt}': cannot read audio {where}: {reason}; the file is truncated or "
             "not wav/flac/sphere — re-create it or convert it with sox"
         ) from None
     if samples.shape[0] == 0:
@@ -90,10 +92,10 @@ def load_audio_file(path: str | Path, *, raw_rate: int = 16000,
         DataError: missing, unreadable or empty file (named, with the fix).
     """
     path = Path(path)
-    if path.suffix.lower() not in RAW_SUFFIXES:
-        return load_audio(str(path), utt=path.name)
     if not path.is_file():
         raise DataError(f"{path}: audio file not found; check the path")
+    if path.suffix.lower() not in RAW_SUFFIXES:
+        return load_audio(str(path), utt=path.name)
     data = path.read_bytes()
     if len(data) < 2 or len(data) % 2:
         raise DataError(f"{path}: {len(data)} bytes is not whole 16-bit samples; the file is "

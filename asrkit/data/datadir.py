@@ -11,8 +11,10 @@ directories asrkit writes work with Kaldi's scripts and vice versa.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from asrkit.data.io import atomic_write
 from asrkit.errors import DataError
@@ -40,8 +42,8 @@ def read_kaldi_map(
         check_sorted: require C-locale sorted, unique keys (Kaldi's rule for data dirs).
 
     Raises:
-        DataError: missing file, empty key, missing value, duplicate or unsorted key;
-            the message names the file, the line number and the key.
+        DataError: missing file, bytes that are not UTF-8, empty key, missing value,
+            duplicate or unsorted key; the message names the file, the line number and the key.
     """
     path = Path(path)
     if not path.exists() or path.is_dir():
@@ -50,7 +52,7 @@ def read_kaldi_map(
     entries: dict[str, str] = {}
     previous = None
     with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
+        for lineno, line in _utf8_lines(handle, path):
             line = line.rstrip("\n")
             if not line.strip():
                 raise DataError(f"{path}:{lineno}: empty line; remove it")
@@ -74,6 +76,24 @@ def read_kaldi_map(
             entries[key] = value
             previous = key
     return entries
+
+
+def _utf8_lines(handle: IO[str], path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a file opened as UTF-8; other bytes are a DataError naming
+    the line (the decoder fails per chunk, so the line is found in the raw bytes)."""
+    try:
+        yield from enumerate(handle, start=1)
+    except UnicodeDecodeError:
+        data = path.read_bytes()
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            lineno = data.count(b"\n", 0, err.start) + 1
+            raise DataError(
+                f"{path}:{lineno}: not UTF-8 text (byte {data[err.start]:#04x}); data dir files "
+                "must be UTF-8 — convert it, e.g. with iconv -f latin1 -t utf-8"
+            ) from None
+        raise
 
 
 def write_kaldi_map(path: str | Path, entries: dict[str, str]) -> None:

@@ -50,7 +50,12 @@ class Recognizer:
         self.tokenizer = Tokenizer(self.exp_dir / self.meta["tokenizer"])
         stats = None
         if self.meta["cmvn"] == "global":
-            stats = read_cmvn(self.exp_dir / "cmvn_global.ark")
+            stats_file = self.exp_dir / "cmvn_global.ark"
+            if not stats_file.is_file():
+                raise DataError(f"{stats_file}: not found; the model was trained with global CMVN "
+                                "and decodes with the training set's stats — copy the training "
+                                "set's cmvn_global.ark here, or retrain (stage 4)")
+            stats = read_cmvn(stats_file)
         self.normalize = CmvnNormalizer(self.meta["cmvn"], global_stats=stats,
                                         norm_vars=self.features.norm_vars)
         self.max_frames = max_frames

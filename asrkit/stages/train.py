@@ -83,10 +83,10 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     stats = None
     if cfg.features.cmvn == "global":
         # The training set's stats normalise every set, and travel with the model.
+        stats = read_cmvn(train_dir / "cmvn_global.ark")  # a clear error when it is missing
         if dctx.is_main:
             with atomic_writer(exp_dir / "cmvn_global.ark", "wb") as out:
                 out.write((train_dir / "cmvn_global.ark").read_bytes())
-        stats = read_cmvn(train_dir / "cmvn_global.ark")
     normalize = CmvnNormalizer(cfg.features.cmvn, global_stats=stats,
                                norm_vars=cfg.features.norm_vars)
     dim = cfg.features.dim

@@ -73,21 +73,43 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     return {"model": mean, "meta": states[-1]["meta"]}
 
 
-def build_from_meta(meta: dict[str, Any]) -> LSTMAcousticModel:
-    """The model described by a checkpoint's ``meta['model']``."""
-    args = dict(meta["model"])
-    return LSTMAcousticModel(args.pop("input_dim"), args.pop("num_tokens"), **args)
+def build_from_meta(meta: dict[str, Any], *, path: str | Path = "?") -> LSTMAcousticModel:
+    """The model described by a checkpoint's ``meta['model']``.
+
+    Raises:
+        DataError: ``meta`` does not describe a model (naming ``path``).
+    """
+    try:
+        args = dict(meta["model"])
+        return LSTMAcousticModel(args.pop("input_dim"), args.pop("num_tokens"), **args)
+    except (KeyError, TypeError, ValueError) as err:
+        raise DataError(f"{path}: its 'meta' does not describe an asrkit model ({type(err).__name__}: "
+                        f"{err}); it was not written by asrkit's training stage — retrain or "
+                        "point at exp/<name>/model.pt") from None
+
+
+def _asrkit_state(path: str | Path, *, need_meta: bool) -> dict[str, Any]:
+    state = load_checkpoint(path)
+    wanted = ("model", "meta") if need_meta else ("model",)
+    if not isinstance(state, dict) or any(k not in state for k in wanted) \
+            or not isinstance(state["model"], dict):
+        raise DataError(f"{path}: not an asrkit model (no {'/'.join(repr(k) for k in wanted)} "
+                        "entries); point at exp/<name>/model.pt or a checkpoint under "
+                        "exp/<name>/checkpoints/")
+    return state
 
 
 def load_model_bundle(path: str | Path, *, device: torch.device | str = "cpu"
                       ) -> tuple[LSTMAcousticModel, dict[str, Any]]:
     """Rebuild the model saved in a bundle or checkpoint; returns ``(model in eval mode, meta)``."""
-    state = load_checkpoint(path)
-    if "model" not in state or "meta" not in state:
-        raise DataError(f"{path}: not an asrkit model (no 'model'/'meta' entries); point at "
-                        "exp/<name>/model.pt")
-    model = build_from_meta(state["meta"])
-    model.load_state_dict(state["model"])
+    state = _asrkit_state(path, need_meta=True)
+    model = build_from_meta(state["meta"], path=path)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as err:
+        raise DataError(f"{path}: its weights do not fit the model its 'meta' describes "
+                        f"({' '.join(str(err).split())[:200]}); the file is damaged — retrain "
+                        "or restore it") from None
     return model.to(device).eval(), state["meta"]
 
 
@@ -98,7 +120,7 @@ def init_from(model: torch.nn.Module, path: str | Path) -> list[str]:
     Raises:
         DataError: unreadable file, or nothing in it fits ``model``.
     """
-    source = load_checkpoint(path)["model"]
+    source = _asrkit_state(path, need_meta=False)["model"]
     own = model.state_dict()
     copied = [k for k, v in source.items() if k in own and own[k].shape == v.shape]
     if not copied:

@@ -27,6 +27,17 @@ class OptimConfig:
     eps: float = 1.0e-8
     weight_decay: float = 0.0
 
+    def check(self) -> None:
+        if self.name not in ("adam", "sgd"):
+            raise ConfigError(f"optim.name={self.name!r} is unknown; choose adam or sgd (optim=adam)")
+        if not self.lr > 0:
+            raise ConfigError(f"optim.lr={self.lr} must be positive (e.g. optim.lr=1e-3)")
+        if self.momentum < 0 or self.weight_decay < 0 or self.eps <= 0:
+            raise ConfigError(f"optim.momentum={self.momentum} and optim.weight_decay="
+                              f"{self.weight_decay} must be >= 0 and optim.eps={self.eps} > 0")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"optim.betas={list(self.betas)} must be two numbers in [0, 1)")
+
 
 @dataclass
 class ScheduleConfig:

@@ -113,6 +113,9 @@ def load_utterances(data_dir: str | Path, normalize: CmvnNormalizer, *,
     speaker_stats: dict[str, np.ndarray] = {}
     if normalize.mode == "speaker":
         cmvn_scp = data_dir / "cmvn.scp"
+        if not cmvn_scp.is_file():
+            raise DataError(f"{cmvn_scp}: not found; features.cmvn=speaker needs the per-speaker "
+                            f"stats that the feature stage (stage 2) writes for {data_dir}")
         speaker_stats = {spk: read_cmvn(rx) for spk, rx in read_kaldi_map(cmvn_scp).items()}
     feats_map = read_kaldi_map(scp)
     utts: list[Utterance] = []
@@ -124,7 +127,9 @@ def load_utterances(data_dir: str | Path, normalize: CmvnNormalizer, *,
                             "feature stage") from None
         if input_dim is not None and mat.shape[1] != input_dim:
             raise DataError(f"{scp}: utterance '{utt}' has {mat.shape[1]}-dim features but the "
-                            f"model expects {input_dim}; use the same feature settings as training")
+                            f"model expects {input_dim}; they were computed with other settings "
+                            f"({data_dir / 'feats.yaml'}) — recompute them (stage 2) with the "
+                            "model's feature settings")
         spk = data.utt2spk[utt]
         if normalize.mode == "speaker" and spk not in speaker_stats:
             raise DataError(f"{data_dir}/cmvn.scp: no stats for speaker '{spk}' (utterance "
