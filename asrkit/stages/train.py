@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -120,7 +121,8 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     trainer = Trainer(model, train_utts, dev_utts, tokenizer=tokenizer, exp_dir=exp_dir,
                       cfg=cfg.train, optim=cfg.optim, schedule=cfg.schedule, specaug=cfg.specaug,
                       meta=meta, hooks=hooks, seed=cfg.seed, objective=objective,
-                      resume=cfg.resume, resume_key=settings_hash(cfg, stage_settings(4))[0])
+                      resume=_resume_mode(cfg.resume),
+                      resume_key=settings_hash(cfg, stage_settings(4))[0])
     try:
         state = trainer.fit()
         hooks.write_metrics(exp_dir)
@@ -151,6 +153,14 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     metric = "wer" if "wer" in state.best else "loss"
     log.info("%s saved as %s (best dev %s %.3f at epoch %d)", chosen, exp_dir / "model.pt",
              metric, state.best[metric], state.best["epoch"])
+
+
+def _resume_mode(setting: str) -> str:
+    """``resume``, except that a learner torchrun restarted after a failure always resumes
+    (``resume=false``, as ``--force`` sets it, means the run's first attempt starts over)."""
+    if setting == "false" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return "auto"
+    return setting
 
 
 def alignment_source(cfg: AsrkitConfig, exp_dir: Path, which: str) -> str:
