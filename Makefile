@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SHELL  := /bin/bash
 
-.PHONY: install sysdeps demo test test-multiproc test-integration test-all bench lint clean
+.PHONY: install sysdeps demo test test-multiproc test-integration test-all bench bench-quick lint clean
 
 install: $(STAMP)
 
@@ -47,6 +47,12 @@ bench: install sysdeps
 	test -f recipes/an4/exp/an4_fbank_demo/lang/lm.arpa -a -f recipes/an4/exp/an4_fbank_demo/model.pt \
 		|| recipes/an4/run.sh train.progress=false
 	$(PY) -m asrkit bench --data-dir recipes/an4/data/test
+
+# Smaller runs (~4 minutes once the data is prepared); the decoding benchmark is skipped
+# until a model exists (make demo).
+bench-quick: install sysdeps
+	test -f recipes/an4/data/test/feats.scp || recipes/an4/run.sh --stop-stage 3
+	$(PY) -m asrkit bench --quick --data-dir recipes/an4/data/test
 
 lint: install
 	$(PY) -m ruff check asrkit recipes tests
