@@ -359,8 +359,10 @@ class Trainer:
             return None
         from tqdm import tqdm
 
+        # disable=None: no bar when stderr is not a terminal (a log file, a pipe), where
+        # every refresh would be another line.
         return tqdm(total=len(self.batches), desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
-                    unit="batch", leave=False, dynamic_ncols=True)
+                    unit="batch", leave=False, dynamic_ncols=True, disable=None)
 
     def _log_step(self, bar, loss: float, lr: float, fps: float) -> None:
         if not math.isfinite(loss):
