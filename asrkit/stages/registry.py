@@ -35,7 +35,6 @@ class StageContext:
     data_root: Path
     feats_root: Path
     exp_dir: Path
-    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,6 @@ def run_stages(
         data_root=Path(typed.data_root),
         feats_root=Path(typed.feats_root),
         exp_dir=Path(typed.exp_dir),
-        force=force,
     )
     ctx.exp_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(ctx.exp_dir / "config.yaml", OmegaConf.to_yaml(cfg))
