@@ -128,6 +128,9 @@ def test_finished_stages_are_skipped_until_their_settings_change(tmp_path: Path)
     again = run("features.nj=2")  # parallelism does not change the features
     assert "stage 1 (data): already done" in again and "stage 2 (features): already done" in again
     assert feats.stat().st_mtime_ns == stamp
+    feats.unlink()  # an output deleted by hand: the stage runs again
+    gone = run("features.nj=2")
+    assert f"stage 2 (features): finished before, but {feats} is gone" in gone and feats.is_file()
     changed = run("features.num_mel_bins=40")
     assert "stage 1 (data): already done" in changed and "stage 2 (features): done in" in changed
     forced = run("features.num_mel_bins=40", "--force")

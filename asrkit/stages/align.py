@@ -39,8 +39,13 @@ from asrkit.targets.forced_align import (
 log = logging.getLogger(__name__)
 
 
+def _align_sets(ctx: StageContext) -> list[tuple[str, Path]]:
+    return resolve_sets(ctx, ctx.cfg.align.sets or [ctx.cfg.data.train_set, ctx.cfg.data.dev_set])
+
+
 @stage(6, "align", "force-align the training and dev sets with the CTC model into Kaldi "
-       "alignment dirs ali_<set>/", uses=("align",), needs=(4,))
+       "alignment dirs ali_<set>/", uses=("align",), needs=(4,),
+       outputs=lambda ctx: [ctx.exp_dir / f"ali_{name}" for name, _ in _align_sets(ctx)])
 def align(ctx: StageContext) -> None:
     cfg = ctx.cfg.align
     recognizer = stage_recognizer(ctx, cfg.model)
@@ -50,8 +55,7 @@ def align(ctx: StageContext) -> None:
         return
     model = recognizer.model
     num_classes = model.num_tokens + 1
-    sets = resolve_sets(ctx, cfg.sets or [ctx.cfg.data.train_set, ctx.cfg.data.dev_set])
-    for name, data_dir in sets:
+    for name, data_dir in _align_sets(ctx):
         data = read_data_dir(data_dir, require_text=True)
         utts = recognizer.data_dir_utterances(data_dir)
         alignments: dict[str, np.ndarray] = {}
@@ -78,7 +82,9 @@ def align(ctx: StageContext) -> None:
 
 
 @stage(7, "loglikes", "per-frame log posterior - log prior of the dev and test sets as Kaldi "
-       "matrices (for latgen-faster-mapped)", needs=(4,))
+       "matrices (for latgen-faster-mapped)", needs=(4,),
+       outputs=lambda ctx: [ctx.exp_dir / f"loglikes_{name}" / "loglikes.scp"
+                            for name, _ in decode_targets(ctx)])
 def loglikes(ctx: StageContext) -> None:
     recognizer = stage_recognizer(ctx, ctx.cfg.decode.model)
     head = "frame" if recognizer.meta.get("objective", "ctc") == "ce" else "ctc"

@@ -51,7 +51,8 @@ def download(ctx: StageContext) -> None:
 
 
 @stage(1, "data", "write Kaldi data dirs (train, train_dev, test) and validate them",
-       uses=("data", "data_root"), needs=(0,), shared=True)
+       uses=("data", "data_root"), needs=(0,), shared=True,
+       outputs=lambda ctx: [ctx.data_root / s / "text" for s in ctx.cfg.data.all_sets])
 def prepare(ctx: StageContext) -> None:
     prep = load_prep_module(ctx.cfg.data.prep_script)
     corpus_dir = Path(ctx.cfg.data.corpus_dir)

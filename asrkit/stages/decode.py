@@ -66,7 +66,8 @@ def show_results(ctx: StageContext) -> None:
 
 @stage(5, "decode", "greedy CTC decoding, plus beam search with the lexicon and LM tuned on dev "
        "(decode=beam_lm); hyp and scoring/ in decode_[<method>_]<set>/", uses=("decode",),
-       needs=(4,), on_skip=show_results)
+       needs=(4,), on_skip=show_results,
+       outputs=lambda ctx: [ctx.exp_dir / f"decode_{name}" / "hyp" for name, _ in decode_targets(ctx)])
 def decode(ctx: StageContext) -> None:
     cfg = ctx.cfg.decode
     recognizer = stage_recognizer(ctx, cfg.model)

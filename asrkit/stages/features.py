@@ -11,7 +11,8 @@ log = logging.getLogger(__name__)
 
 
 @stage(2, "features", "extract fbank/MFCC features (ark,scp) and CMVN stats for each set",
-       uses=("features", "feats_root"), needs=(1,), shared=True)
+       uses=("features", "feats_root"), needs=(1,), shared=True,
+       outputs=lambda ctx: [ctx.data_root / s / "feats.scp" for s in ctx.cfg.data.all_sets])
 def features(ctx: StageContext) -> None:
     for name in ctx.cfg.data.all_sets:
         frames = compute_features_for_dir(ctx.data_root / name, ctx.feats_root, ctx.cfg.features)

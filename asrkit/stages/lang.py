@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 
 @stage(3, "lang", "tokenizer (char/unigram/bpe), lexicon and Kneser-Ney word n-gram LM from the "
-       "training transcripts", uses=("tokenizer", "lm"), needs=(1,))
+       "training transcripts", uses=("tokenizer", "lm"), needs=(1,),
+       outputs=lambda ctx: [ctx.exp_dir / "tokenizer" / "units.txt", ctx.exp_dir / "lang" / "lm.arpa"])
 def lang(ctx: StageContext) -> None:
     data = read_data_dir(ctx.data_root / ctx.cfg.data.train_set)
     assert data.text is not None

@@ -43,7 +43,8 @@ class Stage:
     the stages whose outputs it reads; ``shared``: its outputs go to the shared data dirs
     (``data_root``, features) rather than the experiment dir; ``record``: keep a completion
     record (off for a stage that checks its own outputs every time, as the download does);
-    ``on_skip``: called instead of ``run`` when the stage is skipped (e.g. to show results)."""
+    ``on_skip``: called instead of ``run`` when the stage is skipped (e.g. to show results);
+    ``outputs``: the files a finished run leaves (one missing: the stage runs again)."""
 
     number: int
     name: str
@@ -54,6 +55,7 @@ class Stage:
     shared: bool = False
     record: bool = True
     on_skip: Callable[[StageContext], None] | None = None
+    outputs: Callable[[StageContext], list[Path]] | None = None
 
 
 STAGES: dict[int, Stage] = {}
@@ -61,14 +63,15 @@ STAGES: dict[int, Stage] = {}
 
 def stage(number: int, name: str, description: str, *, uses: Sequence[str] = (),
           needs: Sequence[int] = (), shared: bool = False, record: bool = True,
-          on_skip: Callable[[StageContext], None] | None = None) -> Callable:
+          on_skip: Callable[[StageContext], None] | None = None,
+          outputs: Callable[[StageContext], list[Path]] | None = None) -> Callable:
     """Register ``func(ctx)`` as recipe stage ``number`` (see :class:`Stage`)."""
 
     def add(func: Callable[[StageContext], None]) -> Callable[[StageContext], None]:
         if number in STAGES:
             raise RuntimeError(f"stage {number} registered twice ({STAGES[number].name}, {name})")
         STAGES[number] = Stage(number, name, description, func, tuple(uses), tuple(needs), shared,
-                               record, on_skip)
+                               record, on_skip, outputs)
         return func
 
     return add
@@ -145,7 +148,11 @@ def run_stages(
         for current in selected:
             digest, settings = settings_hash(typed, stage_settings(current.number))
             record = _record_path(ctx, current)
-            if current.record and not force and _finished(record, digest):
+            gone = [p for p in (current.outputs(ctx) if current.outputs else []) if not p.exists()]
+            if gone and _finished(record, digest):
+                log.info("stage %d (%s): finished before, but %s is gone; running it again",
+                         current.number, current.name, gone[0])
+            elif current.record and not force and _finished(record, digest):
                 log.info("stage %d (%s): already done with these settings (%s); skipping it "
                          "(--force runs it again)", current.number, current.name, record)
                 if current.on_skip is not None:

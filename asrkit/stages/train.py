@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 @stage(4, "train", "train the (B)LSTM acoustic model (CTC, or frame CE on alignments), "
        "validating on the dev set every epoch",
        uses=("model", "optim", "schedule", "specaug", "train", "strategy", "objective", "seed",
-             "align"), needs=(2, 3))
+             "align"), needs=(2, 3), outputs=lambda ctx: [ctx.exp_dir / "model.pt"])
 def train(ctx: StageContext) -> None:
     strategy = ctx.cfg.strategy
     strategy.check()
