@@ -74,6 +74,18 @@ def test_sync_killed_learner_restarts_and_ends_bitwise_equal(data_root: Path, tm
     assert _same(_model(tmp_path / "whole" / "model.pt"), _model(tmp_path / "cut" / "model.pt"))
 
 
+def test_delay_by_one_resumes_with_its_exchanges_in_flight(data_root: Path, tmp_path: Path) -> None:
+    """Lock-step too: the stale exchange pending at the save is part of the state."""
+    settings = ("strategy=delay_by_one", "strategy.learners=2", "train.save_every=2")
+    whole = _stage4(data_root, tmp_path / "whole", *settings, f"strategy.master_port={_free_port()}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    cut = _stage4(data_root, tmp_path / "cut", *settings, "strategy.max_restarts=1",
+                  f"strategy.master_port={_free_port()}", env={"ASRKIT_FAULT_KILL": "0:7"})
+    assert cut.returncode == 0, cut.stderr[-3000:]
+    assert "resuming from" in (tmp_path / "cut" / "log" / "run.log").read_text() + cut.stderr
+    assert _same(_model(tmp_path / "whole" / "model.pt"), _model(tmp_path / "cut" / "model.pt"))
+
+
 def test_rerunning_a_killed_single_process_stage_resumes(data_root: Path, tmp_path: Path) -> None:
     """Without torchrun: the stage is simply run again (resume=auto)."""
     whole = _stage4(data_root, tmp_path / "whole", "train.save_every=2")
