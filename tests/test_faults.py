@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -84,6 +85,20 @@ def test_delay_by_one_resumes_with_its_exchanges_in_flight(data_root: Path, tmp_
     assert cut.returncode == 0, cut.stderr[-3000:]
     assert "resuming from" in (tmp_path / "cut" / "log" / "run.log").read_text() + cut.stderr
     assert _same(_model(tmp_path / "whole" / "model.pt"), _model(tmp_path / "cut" / "model.pt"))
+
+
+def test_adpsgd_restarts_from_its_last_epoch_end(data_root: Path, tmp_path: Path) -> None:
+    """Asynchronous, so not bitwise: the replicas resume from their epoch-1 states."""
+    cut = _stage4(data_root, tmp_path / "cut", "strategy=adpsgd", "strategy.learners=2",
+                  "strategy.max_restarts=1", f"strategy.master_port={_free_port()}",
+                  env={"ASRKIT_FAULT_KILL": "1:6"})
+    assert cut.returncode == 0, cut.stderr[-3000:]
+    log = (tmp_path / "cut" / "log" / "run.log").read_text() + cut.stderr
+    assert "fault injection: killing this learner after step 6" in log
+    assert "resuming from" in log and "epoch 2, batch 0" in log
+    summary = json.loads((tmp_path / "cut" / "train_summary.json").read_text())
+    assert [h["epoch"] for h in summary["history"]] == [1, 2]
+    assert (tmp_path / "cut" / "model.pt").is_file()
 
 
 def test_rerunning_a_killed_single_process_stage_resumes(data_root: Path, tmp_path: Path) -> None:
