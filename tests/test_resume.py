@@ -81,6 +81,7 @@ def test_fault_injection_kills_only_the_named_learner_on_its_first_attempt() -> 
     assert FaultInjection(0, {"ASRKIT_FAULT_KILL": "1:5"}).step is None
     assert FaultInjection(1, {"ASRKIT_FAULT_KILL": "1:5", "TORCHELASTIC_RESTART_COUNT": "1"}).step is None
     assert FaultInjection(1, {}).step is None
+    assert FaultInjection(1, {"ASRKIT_FAULT_KILL": "1:epoch2"}).epoch == 2
 
 
 class _Interrupted(Exception):
@@ -104,7 +105,7 @@ def _run(out: Path, *, resume: str = "auto", stop_at: int | None = None, epochs:
     trainer = make_trainer(out, StrategyConfig(), lr=0.05, epochs=epochs, resume=resume,
                            save_every=2, randomness=True)
     if stop_at is not None:
-        def die(step: int) -> None:
+        def die(step: int, epoch: int) -> None:
             if step == stop_at:
                 raise _Interrupted
         trainer.fault.after_step = die

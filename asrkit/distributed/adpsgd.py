@@ -82,6 +82,7 @@ class PairwiseAverager:
         self.global_samples = 0.0
         self._samples_at_check = 0
         self._checked_at: float | None = None
+        self._paused_s = 0.0  # time since the last all-reduce when no learner was computing
         self._rate: float | None = None  # global samples/s between the last two all-reduces
         self.rounds = 0
         self.wait_s = 0.0
@@ -90,6 +91,12 @@ class PairwiseAverager:
 
     def start(self) -> None:
         self._thread.start()
+
+    def paused(self, seconds: float) -> None:
+        """Every learner waited ``seconds`` (at an epoch-end save): leave that time out of
+        the progress extrapolation, or the learners would think others kept computing."""
+        with self.cond:
+            self._paused_s += seconds
 
     def restore(self, local_samples: int) -> None:
         """Continue a resumed run: this learner had processed ``local_samples``. The global
@@ -135,7 +142,7 @@ class PairwiseAverager:
             own = self.local_samples - self._samples_at_check
             if self._rate is None:
                 return self.global_samples + own * len(self.members)
-            since = time.monotonic() - self._checked_at
+            since = max(0.0, time.monotonic() - self._checked_at - self._paused_s)
             return self.global_samples + max(float(own), self._rate * since)
 
     def finish(self, timeout_s: float) -> None:
@@ -204,6 +211,7 @@ class PairwiseAverager:
             if self._checked_at is not None and now > self._checked_at and total > self.global_samples:
                 self._rate = (total - self.global_samples) / (now - self._checked_at)
             self.global_samples, self._samples_at_check, self._checked_at = total, local, now
+            self._paused_s = 0.0
         return int(status[1]) == len(self.members)
 
 
@@ -274,6 +282,10 @@ class AdpsgdHooks(StrategyHooks):
 
     def state_dict(self) -> dict:
         return {"local_samples": self.averager.local_samples if self.averager else 0}
+
+    def paused(self, seconds: float) -> None:
+        if self.averager is not None:
+            self.averager.paused(seconds)
 
     def load_state_dict(self, state: dict) -> None:
         self._restored_samples = int(state["local_samples"])

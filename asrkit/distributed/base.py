@@ -96,6 +96,19 @@ class StrategyHooks(TrainHooks):
         """Seconds spent waiting on communication (None where it cannot be separated)."""
         return None
 
+    def before_resume_save(self) -> None:
+        # Learners that do not step in lock-step (ADPSGD, HYBRID) wait for each other at
+        # each save (epoch ends): no learner can then be more than one save ahead of
+        # another, so the two states each one keeps always include one they all hold.
+        if not self.lockstep:
+            began = time.monotonic()
+            dist.barrier(group=self.world_group)
+            self.paused(time.monotonic() - began)
+
+    def paused(self, seconds: float) -> None:
+        """Every learner just waited ``seconds`` for the others (progress estimates that
+        extrapolate with time must leave it out)."""
+
     def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, [list(t) for t in tags], group=self.world_group)

@@ -89,6 +89,10 @@ class HybridHooks(StrategyHooks):
         return {"progress": self.progress, "group_samples": self._group_samples,
                 "leader_samples": self.averager.local_samples if self.averager else 0}
 
+    def paused(self, seconds: float) -> None:
+        if self.averager is not None:
+            self.averager.paused(seconds)
+
     def load_state_dict(self, state: dict) -> None:
         self.progress, self._group_samples = float(state["progress"]), int(state["group_samples"])
         self._restored_leader_samples = int(state["leader_samples"])

@@ -104,21 +104,29 @@ def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
 
 class FaultInjection:
     """``ASRKIT_FAULT_KILL=<rank>:<step>``: learner ``rank`` kills itself with SIGKILL right
-    after optimizer step ``step`` — on the first attempt only (torchrun's restarts and
-    reruns with ``ASRKIT_FAULT_KILL`` unset go on). Used by the fault-tolerance tests."""
+    after optimizer step ``step``; ``<rank>:epoch<e>``: after its first step of epoch ``e``
+    (1-based; for ADPSGD, whose learners take varying numbers of steps). On the first
+    attempt only: torchrun's restarts, and reruns with the variable unset, go on. Used by
+    the fault-tolerance tests."""
 
     def __init__(self, rank: int, environ: dict[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
         spec = env.get("ASRKIT_FAULT_KILL", "")
         self.step: int | None = None
+        self.epoch: int | None = None
         if spec and env.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
-            who, _, step = spec.partition(":")
+            who, _, when = spec.partition(":")
             if int(who) == rank:
-                self.step = int(step)
+                if when.startswith("epoch"):
+                    self.epoch = int(when[len("epoch"):])
+                else:
+                    self.step = int(when)
 
-    def after_step(self, step: int) -> None:
-        if self.step is not None and step == self.step:
-            log.warning("fault injection: killing this learner after step %d", step)
+    def after_step(self, step: int, epoch: int = 0) -> None:
+        """After optimizer step ``step`` (counted from 1) of epoch ``epoch`` (from 0)."""
+        if step == self.step or (self.epoch is not None and epoch + 1 >= self.epoch):
+            log.warning("fault injection: killing this learner after step %d (epoch %d)", step,
+                        epoch + 1)
             with contextlib.suppress(Exception):
                 logging.shutdown()
             os.kill(os.getpid(), signal.SIGKILL)

@@ -102,6 +102,9 @@ class TrainHooks:
     def write_metrics(self, exp_dir: Path) -> None:
         """Write the strategy's per-learner summary into the experiment dir (main learner)."""
 
+    def before_resume_save(self) -> None:
+        """Called by every learner before it saves a resume state."""
+
     def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
         """The resume position every learner holds (a collective among learners)."""
         return common_tag([tags])
@@ -234,7 +237,7 @@ class Trainer:
             self.state.step += 1
             self.state.samples += len(batch.utts)
             self.hooks.after_step(model, self.state)
-            self.fault.after_step(self.state.step)
+            self.fault.after_step(self.state.step, epoch)
             if every and index % every == 0 and index < len(self.batches):
                 self.save_resume_state((epoch, index))
             frames += batch.frames
@@ -296,6 +299,7 @@ class Trainer:
 
     def save_resume_state(self, tag: Tag) -> None:
         """This learner's full state at position ``tag`` = (epoch, next batch)."""
+        self.hooks.before_resume_save()
         self.store.save({**self.checkpoint_state(),
                          "position": {"epoch": tag[0], "batch": tag[1]},
                          "settings": self.resume_key, "world_size": self.hooks.world_size,
@@ -312,14 +316,17 @@ class Trainer:
         tag = self.hooks.agree_on_resume(sorted(usable))
         if tag is None:
             where = self.store.directory
+            if usable:
+                why = "the learners hold no state in common"
+            elif found:
+                why = "its states were saved with other settings or another number of learners"
+            else:
+                why = "it holds no state of this learner"
             if self.resume == "true":
-                why = ("its states were saved with other settings or another number of "
-                       "learners" if found else "it holds no state of this learner")
                 raise ConfigError(f"resume=true but {where} cannot be resumed from ({why}); "
                                   "use resume=auto or resume=false to start over")
             if found and self.is_main:
-                log.warning("%s holds states saved with other settings or learners; starting "
-                            "over (they will be replaced)", where)
+                log.warning("%s cannot be resumed from (%s); starting over", where, why)
             return (0, 0)
         state = usable[tag]
         self.model.load_state_dict(state["model"])
