@@ -91,19 +91,26 @@ class StrategyHooks(TrainHooks):
         self._first_step_samples = 0
         self._last_step_end = 0.0
         self.final_metrics: dict[str, Any] = {}
+        self._saves_barrier: dist.Work | None = None
 
     def comm_wait_s(self) -> float | None:
         """Seconds spent waiting on communication (None where it cannot be separated)."""
         return None
 
-    def before_resume_save(self) -> None:
-        # Learners that do not step in lock-step (ADPSGD, HYBRID) wait for each other at
-        # each save (epoch ends): no learner can then be more than one save ahead of
-        # another, so the two states each one keeps always include one they all hold.
-        if not self.lockstep:
+    def wait_for_saves(self) -> None:
+        # Learners that do not step in lock-step (ADPSGD, HYBRID) save their next state only
+        # once every learner has saved its previous one, so none is ever more than one save
+        # ahead and the two states each keeps always include one they all hold. The barrier
+        # is posted right after a save, so by the next save it has normally completed.
+        if self._saves_barrier is not None:
             began = time.monotonic()
-            dist.barrier(group=self.world_group)
+            self._saves_barrier.wait()
+            self._saves_barrier = None
             self.paused(time.monotonic() - began)
+
+    def after_resume_save(self) -> None:
+        if not self.lockstep:
+            self._saves_barrier = dist.barrier(group=self.world_group, async_op=True)
 
     def paused(self, seconds: float) -> None:
         """Every learner just waited ``seconds`` for the others (progress estimates that

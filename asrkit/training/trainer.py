@@ -102,8 +102,12 @@ class TrainHooks:
     def write_metrics(self, exp_dir: Path) -> None:
         """Write the strategy's per-learner summary into the experiment dir (main learner)."""
 
-    def before_resume_save(self) -> None:
-        """Called by every learner before it saves a resume state."""
+    def wait_for_saves(self) -> None:
+        """Before a learner saves a resume state, and at the end of training: wait until
+        the learners that must have saved their previous state have."""
+
+    def after_resume_save(self) -> None:
+        """A resume state was just saved."""
 
     def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
         """The resume position every learner holds (a collective among learners)."""
@@ -212,6 +216,7 @@ class Trainer:
                 self.hooks.finish(model, self.state)  # the last checkpoint holds the final model
             self._end_epoch(epoch, seconds)
             self.save_resume_state((epoch + 1, 0))
+        self.hooks.wait_for_saves()
         return self.state
 
     def train_epoch(self, model: nn.Module, batches: Iterable[Batch], *, epoch: int,
@@ -299,11 +304,12 @@ class Trainer:
 
     def save_resume_state(self, tag: Tag) -> None:
         """This learner's full state at position ``tag`` = (epoch, next batch)."""
-        self.hooks.before_resume_save()
+        self.hooks.wait_for_saves()
         self.store.save({**self.checkpoint_state(),
                          "position": {"epoch": tag[0], "batch": tag[1]},
                          "settings": self.resume_key, "world_size": self.hooks.world_size,
                          "rng": rng_state(self.generator), "strategy": self.hooks.state_dict()})
+        self.hooks.after_resume_save()
 
     def restore(self) -> Tag:
         """Load the resume state ``resume`` asks for; returns where training goes on."""
