@@ -81,6 +81,17 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, check=False)
 
 
+def tiny_recipe(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    """Stages 2-5 of the recipe on seeded train/train_dev/test dirs of 6 utterances each,
+    with the tiny model for 2 epochs (``extra``: more overrides)."""
+    for i, name in enumerate(("train", "train_dev", "test")):
+        make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
+    return run_cli("run", "--stage", "2", "--stop-stage", "5", f"data_root={tmp_path / 'data'}",
+                   f"feats_root={tmp_path / 'fbank'}", f"exp_dir={tmp_path / 'exp'}",
+                   "features.nj=1", "model=tiny", "train.epochs=2", "train.progress=false",
+                   "features.num_mel_bins=23", *extra)
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     make_data_dir(tmp_path / "data" / "train")

@@ -15,7 +15,7 @@ from asrkit.errors import ConfigError
 from asrkit.lm.ngram import estimate_kneser_ney, write_arpa
 from asrkit.scoring import score_texts
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
-from tests.conftest import make_data_dir, run_cli
+from tests.conftest import make_data_dir, run_cli, tiny_recipe
 
 TEXTS = {"a-1": "TWO THREE", "a-2": "ONE TWO", "b-1": "THREE ONE TWO", "b-2": "GO", "b-3": "NO GO"}
 
@@ -101,13 +101,8 @@ def test_lm_must_not_see_test_text() -> None:
 
 
 def test_lang_stage_and_sweep_pick_the_best_dev_setting(tmp_path: Path) -> None:
-    for i, name in enumerate(("train", "train_dev", "test")):
-        make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
-    result = run_cli("run", "--stage", "2", "--stop-stage", "5", f"data_root={tmp_path / 'data'}",
-                     f"feats_root={tmp_path / 'fbank'}", f"exp_dir={tmp_path / 'exp'}",
-                     "features.nj=1", "model=tiny", "train.epochs=2", "train.progress=false",
-                     "features.num_mel_bins=23", "decode=beam_lm", "decode.lm_weights=[0,1,3]",
-                     "decode.word_scores=[-2,0]", "lm.order=2")
+    result = tiny_recipe(tmp_path, "decode=beam_lm", "decode.lm_weights=[0,1,3]",
+                         "decode.word_scores=[-2,0]", "lm.order=2")
     assert result.returncode == 0, result.stderr[-3000:]
     exp = tmp_path / "exp"
     lexicon = read_kaldi_map(exp / "lang" / "lexicon.txt")

@@ -133,15 +133,10 @@ def test_learner_metrics_summary(tmp_path: Path) -> None:
 
 def test_recipe_stage_launches_learners_with_torchrun(tmp_path: Path) -> None:
     """`run --stage 4 strategy=... strategy.learners=2` starts torchrun itself."""
-    from tests.conftest import make_data_dir, run_cli
+    from tests.conftest import tiny_recipe
 
-    for i, name in enumerate(("train", "train_dev", "test")):
-        make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
-    result = run_cli("run", "--stage", "2", "--stop-stage", "5", f"data_root={tmp_path / 'data'}",
-                     f"feats_root={tmp_path / 'fbank'}", f"exp_dir={tmp_path / 'exp'}",
-                     "features.nj=1", "features.num_mel_bins=23", "model=tiny", "train.epochs=2",
-                     "train.progress=false", "strategy=adpsgd", "strategy.learners=2",
-                     f"strategy.master_port={_free_port()}", "strategy.timeout_s=60")
+    result = tiny_recipe(tmp_path, "strategy=adpsgd", "strategy.learners=2",
+                         f"strategy.master_port={_free_port()}", "strategy.timeout_s=60")
     assert result.returncode == 0, result.stderr[-4000:]
     import json
 

@@ -12,20 +12,11 @@ from asrkit.data.datadir import read_kaldi_map
 from asrkit.data.kaldi_ark import kaldi_io
 from asrkit.data.kaldi_table import read_matrices
 from asrkit.targets.alignments import read_alignments, read_frame_counts
-from tests.conftest import SHARED_AN4, make_data_dir, run_cli
-
-
-def _tiny_recipe(tmp_path: Path, *extra: str):
-    for i, name in enumerate(("train", "train_dev", "test")):
-        make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
-    return run_cli("run", "--stage", "2", "--stop-stage", "5", f"data_root={tmp_path / 'data'}",
-                   f"feats_root={tmp_path / 'fbank'}", f"exp_dir={tmp_path / 'exp'}",
-                   "features.nj=1", "model=tiny", "train.epochs=2", "train.progress=false",
-                   "features.num_mel_bins=23", *extra)
+from tests.conftest import SHARED_AN4, make_data_dir, run_cli, tiny_recipe
 
 
 def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
-    result = _tiny_recipe(tmp_path)
+    result = tiny_recipe(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     exp = tmp_path / "exp"
     for name in ("model.pt", "cmvn_global.ark", "tokenizer/sp.model", "tokenizer/units.txt",
@@ -64,7 +55,7 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
 
 
 def test_decode_any_data_dir_without_features(tmp_path: Path) -> None:
-    result = _tiny_recipe(tmp_path)
+    result = tiny_recipe(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     other = tmp_path / "elsewhere" / "mine"
     make_data_dir(other, utts=3, rate=8000, seed=99)  # 8 kHz: resampled to the model's rate
