@@ -24,8 +24,9 @@ from asrkit.targets.forced_align import (
 )
 from asrkit.training.checkpoint import init_from, save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
-from asrkit.training.data import Utterance, attach_alignments, collate
+from asrkit.training.data import Utterance, collate
 from asrkit.training.objectives import FrameCEObjective, build_objective
+from asrkit.training.stream import attach_alignments
 from asrkit.training.trainer import Trainer
 from tests.conftest import make_data_dir, run_cli
 
@@ -111,7 +112,7 @@ def test_attach_alignments_subsamples_to_the_model_rate() -> None:
     utts = [Utterance("u1", np.zeros((7, 2), np.float32), np.zeros(1, np.int64)),
             Utterance("u2", np.zeros((5, 2), np.float32), np.zeros(1, np.int64))]
     labels = {"u1": np.arange(7)}
-    kept = attach_alignments(utts, labels, factor=1, model_subsample=3, source="x")
+    kept = attach_alignments(utts, labels, factor=1, model_subsample=3, source="x").read_all()
     assert [u.utt for u in kept] == ["u1"] and kept[0].ali.tolist() == [0, 3, 6]
     with pytest.raises(ConfigError, match="multiple of 3"):
         attach_alignments(utts, labels, factor=3, model_subsample=1, source="x")

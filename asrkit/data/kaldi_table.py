@@ -4,6 +4,7 @@ Public API:
     - :func:`read_matrix`, :func:`read_vector` — one object from an rxfilename: a file,
       ``file.ark:offset``, ``file.ark:offset[first:last]`` (an inclusive row range, optionally
       ``[r1:r2,c1:c2]``), ``cmd |`` or ``-`` (stdin).
+    - :func:`read_matrix_at` — the matrix at an offset of an archive that is already open.
     - :func:`read_matrices`, :func:`read_vectors` — every ``(key, object)`` of an rspecifier
       (``ark:``, ``scp:``, ``ark:gunzip -c x.gz |``), in table order.
 
@@ -123,6 +124,23 @@ def read_matrices(rspecifier: str) -> Iterator[tuple[str, np.ndarray]]:
         DataError: as :func:`read_matrix`, naming the table (and scp line) and the key.
     """
     return _read_objects(rspecifier, "matrix", TableReader.matrix)
+
+
+def read_matrix_at(handle: IO[bytes], offset: int, *, where: str, utt: str | None = None
+                   ) -> np.ndarray:
+    """The matrix at byte ``offset`` of an open archive (an scp entry's ``file.ark:offset``).
+
+    The streaming data path keeps one handle per archive and reads entries in any order
+    through it, so an archive is opened once however many of its entries are read.
+
+    Raises:
+        DataError: corrupt or truncated data, or an object that is not a matrix, naming
+            ``where`` (and ``utt`` when given).
+    """
+    handle.seek(offset)
+    return _read_at(handle, where, utt, TableReader.matrix, empty="nothing at this offset",
+                    fix="the scp is stale or the archive was cut short; regenerate both (rerun "
+                    "the feature stage)")
 
 
 def read_vector(rxfilename: str | Path) -> np.ndarray:

@@ -25,7 +25,8 @@ from asrkit.features.extractors import FeatureConfig, extract
 from asrkit.scoring import score_files
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.checkpoint import load_model_bundle
-from asrkit.training.data import CmvnNormalizer, Utterance, collate, load_utterances, make_buckets
+from asrkit.training.data import CmvnNormalizer, Utterance, collate, make_buckets
+from asrkit.training.stream import load_utterances
 
 log = logging.getLogger(__name__)
 

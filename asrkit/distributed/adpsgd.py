@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -47,8 +48,9 @@ from asrkit.distributed.launch import DistContext
 from asrkit.distributed.topology import partner_of
 from asrkit.errors import UserError
 from asrkit.training.config import TrainConfig
-from asrkit.training.data import Batch, BucketBatches, Utterance
-from asrkit.training.trainer import TrainState
+from asrkit.training.data import Batch
+from asrkit.training.stream import BucketBatches, UtteranceSource
+from asrkit.training.trainer import TrainState, loader_settings
 
 log = logging.getLogger(__name__)
 
@@ -219,25 +221,33 @@ class ProgressBatches(BucketBatches):
     """A learner's own shard, cycled; global epoch ``e`` ends once all learners together
     have processed ``(e + 1) x`` the training set (so a fast learner takes more steps)."""
 
-    def __init__(self, utts: list[Utterance], *, total: int, progress: Callable[[], float],
+    def __init__(self, source: UtteranceSource, *, total: int, progress: Callable[[], float],
                  **kwargs) -> None:
-        super().__init__(utts, **kwargs)
+        super().__init__(source, **kwargs)
         self.total, self.progress = total, progress
         self.last_bucket = 0  # utterances in the latest batch across its learners (HYBRID's group)
 
-    def epoch(self, epoch: int, *, start: int = 0) -> Iterator[Batch]:
+    def plan(self, epoch: int, *, start: int = 0) -> Iterator[np.ndarray]:
         # ``start`` is unused: these learners resume from epoch ends only (not lock-step).
-        goal = (epoch + 1) * self.total
+        # Endless: the consumer stops once the global progress says the epoch is over.
         rng = random.Random(self.seed * 100_003 + epoch)
         while True:
             order = list(range(len(self.buckets)))
             if self.shuffle:
                 rng.shuffle(order)
             for b in order:
+                yield self.buckets[b]
+
+    def epoch(self, epoch: int, *, start: int = 0) -> Iterator[Batch]:
+        goal = (epoch + 1) * self.total
+        if self.progress() >= goal:
+            return
+        with self.loader(self.plan(epoch)) as batches:
+            for batch in batches:
                 if self.progress() >= goal:
                     return
-                self.last_bucket = len(self.buckets[b])
-                yield self._collate(self.buckets[b])
+                self.last_bucket = batch.global_utts
+                yield batch
 
 
 class AdpsgdHooks(StrategyHooks):
@@ -259,14 +269,16 @@ class AdpsgdHooks(StrategyHooks):
         # The communication thread's own group, created by every rank before any thread starts.
         self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=cfg.timeout_s))
 
-    def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
-        # Local batches are 1/n of the global batch, so optim.lr keeps SYNC's meaning.
-        check_enough(utts, self.world_size)
-        self.total = len(utts)
-        return ProgressBatches(utts[self.rank::self.world_size], total=len(utts),
-                               progress=self.global_samples,
-                               max_frames=max(1, cfg.max_frames // self.world_size),
-                               max_batch=max(1, cfg.max_batch // self.world_size), seed=seed + self.rank)
+    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *,
+                     seed: int) -> BucketBatches:
+        # The learner's own shard; local batches are 1/n of the global batch, so optim.lr
+        # keeps SYNC's meaning.
+        check_enough(source, self.world_size)
+        self.total = len(source)
+        return ProgressBatches(source, total=len(source), progress=self.global_samples,
+                               indices=range(self.rank, len(source), self.world_size),
+                               seed=seed + self.rank,
+                               **loader_settings(cfg, parts=self.world_size))
 
     def global_samples(self) -> float:
         return self.averager.progress_samples() if self.averager is not None else 0.0

@@ -17,8 +17,10 @@ from asrkit.data.io import atomic_write
 from asrkit.distributed.config import StragglerConfig, StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.errors import DataError
+from asrkit.training.config import TrainConfig
 from asrkit.training.resume import Tag, common_tag
-from asrkit.training.trainer import TrainHooks, TrainState
+from asrkit.training.stream import BucketBatches, UtteranceSource
+from asrkit.training.trainer import TrainHooks, TrainState, loader_settings
 
 
 class Straggler:
@@ -97,6 +99,13 @@ class StrategyHooks(TrainHooks):
         """Seconds spent waiting on communication (None where it cannot be separated)."""
         return None
 
+    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *, seed: int) -> BucketBatches:
+        # Lock-step strategies (SYNC, delay-by-one): every learner plans the same global
+        # batches and reads its share ``rank::world`` of each.
+        check_enough(source, self.world_size)
+        return BucketBatches(source, seed=seed, rank=self.rank, world=self.world_size,
+                             **loader_settings(cfg))
+
     def wait_for_saves(self) -> None:
         # Learners that do not step in lock-step (ADPSGD, HYBRID) save their next state only
         # once every learner has saved its previous one, so none is ever more than one save
@@ -124,6 +133,14 @@ class StrategyHooks(TrainHooks):
     def averagings(self) -> int:
         return 0
 
+    def reduce_sums(self, sums: dict[str, float]) -> dict[str, float]:
+        keys = sorted(sums)
+        values = torch.tensor([sums[k] for k in keys], dtype=torch.float64)
+        began = time.monotonic()
+        dist.all_reduce(values, group=self.world_group)
+        self.paused(time.monotonic() - began)
+        return dict(zip(keys, values.tolist(), strict=True))
+
     def before_step(self, state: TrainState) -> None:
         self.straggler.start_step()
 
@@ -140,6 +157,8 @@ class StrategyHooks(TrainHooks):
                 "window": [self._first_step_end, self._last_step_end],
                 "window_samples": state.samples - self._first_step_samples,
                 "comm_wait_s": None if self.comm_wait_s() is None else round(self.comm_wait_s(), 3),
+                "data_wait_s": round(state.data_wait_s, 3),
+                "data_wait_fraction": round(state.data_wait_fraction, 4),
                 "averagings": self.averagings(), "straggler_delay_s": round(self.straggler.delayed_s, 3)}
 
     @torch.no_grad()
@@ -174,7 +193,7 @@ class StrategyHooks(TrainHooks):
 
         with SummaryWriter(str(Path(exp_dir) / "tensorboard")) as writer:
             for m in self.final_metrics["learners_detail"]:
-                for key in ("samples_per_s", "steps", "comm_wait_s", "averagings",
+                for key in ("samples_per_s", "steps", "comm_wait_s", "data_wait_s", "averagings",
                             "consensus_distance", "straggler_delay_s"):
                     if m[key] is not None:
                         writer.add_scalar(f"learner{m['rank']}/{key}", m[key], m["steps"])
@@ -182,10 +201,10 @@ class StrategyHooks(TrainHooks):
                               self.final_metrics["aggregate_samples_per_s"], 0)
 
 
-def check_enough(utts: list, parts: int) -> None:
+def check_enough(source: UtteranceSource, parts: int) -> None:
     """Every learner (or group) needs at least one utterance of its own."""
-    if len(utts) < parts:
-        raise DataError(f"{len(utts)} training utterances cannot be shared among {parts} learners "
+    if len(source) < parts:
+        raise DataError(f"{len(source)} training utterances cannot be shared among {parts} learners "
                         "or groups; use fewer learners or more data")
 
 

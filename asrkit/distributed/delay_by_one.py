@@ -38,15 +38,12 @@ from asrkit.distributed.base import (
     StrategyHooks,
     add_flat_,
     broadcast_params,
-    check_enough,
     consensus_average,
     flatten,
 )
 from asrkit.distributed.config import StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.distributed.topology import partner_of
-from asrkit.training.config import TrainConfig
-from asrkit.training.data import BucketBatches, Utterance
 from asrkit.training.trainer import TrainState
 
 
@@ -60,11 +57,6 @@ class DelayByOneHooks(StrategyHooks):
         self.inflight: deque[tuple[torch.Tensor, torch.Tensor, list]] = deque()
         self.rounds = 0
         self.wait_s = 0.0
-
-    def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
-        check_enough(utts, self.world_size)
-        return BucketBatches(utts, max_frames=cfg.max_frames, max_batch=cfg.max_batch, seed=seed,
-                             rank=self.rank, world=self.world_size)
 
     def comm_wait_s(self) -> float | None:
         return self.wait_s

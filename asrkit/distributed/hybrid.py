@@ -31,8 +31,8 @@ from asrkit.distributed.base import (
 from asrkit.distributed.config import StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.training.config import TrainConfig
-from asrkit.training.data import BucketBatches, Utterance
-from asrkit.training.trainer import TrainState
+from asrkit.training.stream import BucketBatches, UtteranceSource
+from asrkit.training.trainer import TrainState, loader_settings
 
 
 class HybridHooks(StrategyHooks):
@@ -64,16 +64,16 @@ class HybridHooks(StrategyHooks):
         self.batches: ProgressBatches | None = None
         self._restored_leader_samples: int | None = None
 
-    def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
+    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *,
+                     seed: int) -> BucketBatches:
         # The group's shard, batched like SYNC inside the group (1/groups of the global batch).
-        check_enough(utts, self.groups)
-        self.total = len(utts)
-        self.batches = ProgressBatches(utts[self.group_index::self.groups], total=len(utts),
-                               progress=lambda: self.progress,
-                               max_frames=max(1, cfg.max_frames // self.groups),
-                               max_batch=max(1, cfg.max_batch // self.groups),
-                               seed=seed + self.group_index, rank=self.index_in_group,
-                               world=self.cfg.group_size)
+        check_enough(source, self.groups)
+        self.total = len(source)
+        self.batches = ProgressBatches(source, total=len(source), progress=lambda: self.progress,
+                                       indices=range(self.group_index, len(source), self.groups),
+                                       seed=seed + self.group_index, rank=self.index_in_group,
+                                       world=self.cfg.group_size,
+                                       **loader_settings(cfg, parts=self.groups))
         return self.batches
 
     def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:

@@ -14,19 +14,12 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from asrkit.distributed.base import StrategyHooks, check_enough
-from asrkit.training.config import TrainConfig
-from asrkit.training.data import BucketBatches, Utterance
+from asrkit.distributed.base import StrategyHooks
 
 
 class SyncHooks(StrategyHooks):
     """DDP gradient averaging over all learners (communication overlaps the backward pass,
     so its waiting time is not separated: ``comm_wait_s`` is null in the metrics)."""
-
-    def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
-        check_enough(utts, self.world_size)
-        return BucketBatches(utts, max_frames=cfg.max_frames, max_batch=cfg.max_batch, seed=seed,
-                             rank=self.rank, world=self.world_size)
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         if self.world_size == 1:

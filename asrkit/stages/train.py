@@ -42,8 +42,14 @@ from asrkit.training.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from asrkit.training.data import CmvnNormalizer, attach_alignments, load_utterances
+from asrkit.training.data import CmvnNormalizer
 from asrkit.training.objectives import build_objective
+from asrkit.training.stream import (
+    InMemorySource,
+    UtteranceSource,
+    attach_alignments,
+    open_data_dir,
+)
 from asrkit.training.trainer import Trainer, pick_device
 
 log = logging.getLogger(__name__)
@@ -91,34 +97,42 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     normalize = CmvnNormalizer(cfg.features.cmvn, global_stats=stats,
                                norm_vars=cfg.features.norm_vars)
     dim = cfg.features.dim
-    train_utts = load_utterances(train_dir, normalize, tokenizer=tokenizer, input_dim=dim)
-    dev_utts = load_utterances(dev_dir, normalize, tokenizer=tokenizer, input_dim=dim) \
-        if dctx.is_main else []
+    # Metadata only: features are read batch by batch as training uses them (or, with
+    # train.in_memory, all at once here).
+    train_set: UtteranceSource = open_data_dir(train_dir, normalize, tokenizer=tokenizer,
+                                               input_dim=dim)
+    dev_set: UtteranceSource = open_data_dir(dev_dir, normalize, tokenizer=tokenizer,
+                                             input_dim=dim, keep_text=True)
     model_cfg, token_classes = cfg.model, False
     if cfg.objective == "ce":
-        train_utts, num_classes, token_classes = _with_alignments(
-            cfg, exp_dir, train_utts, "train", num_classes=cfg.model.num_classes, log_it=dctx.is_main)
+        train_set, num_classes, token_classes = _with_alignments(
+            cfg, exp_dir, train_set, "train", num_classes=cfg.model.num_classes, log_it=dctx.is_main)
         model_cfg = dataclasses.replace(cfg.model, num_classes=num_classes)
+    if cfg.train.in_memory:
+        train_set, dev_set = InMemorySource(train_set.read_all()), InMemorySource(dev_set.read_all())
     model = build_model(model_cfg, input_dim=dim, num_tokens=tokenizer.num_tokens)
     if cfg.train.init_from:
         copied = init_from(model, cfg.train.init_from)
         if dctx.is_main:
             log.info("initialised %d of %d parameter tensors from %s", len(copied),
                      len(model.state_dict()), cfg.train.init_from)
-    if cfg.objective == "ce" and dev_utts:
-        dev_utts, _, _ = _with_alignments(cfg, exp_dir, dev_utts, "dev",
-                                          num_classes=model.num_classes, log_it=True)
+    if cfg.objective == "ce":
+        dev_set, _, _ = _with_alignments(cfg, exp_dir, dev_set, "dev",
+                                         num_classes=model.num_classes, log_it=dctx.is_main)
     if dctx.is_main:
-        log.info("model: %s size, %.2fM parameters; %d train / %d dev utterances; strategy %s "
-                 "with %d learner(s)", cfg.model.size,
-                 sum(p.numel() for p in model.parameters()) / 1e6, len(train_utts), len(dev_utts),
+        log.info("model: %s size, %.2fM parameters; %d train / %d dev utterances (%.1f / %.1f "
+                 "hours, %s); strategy %s with %d learner(s)", cfg.model.size,
+                 sum(p.numel() for p in model.parameters()) / 1e6, len(train_set), len(dev_set),
+                 _hours(train_set, _frame_shift(train_dir)), _hours(dev_set, _frame_shift(dev_dir)),
+                 "in memory" if cfg.train.in_memory else
+                 f"streamed, {cfg.train.prefetch} batches read ahead",
                  cfg.strategy.name, dctx.world_size)
     objective = build_objective(cfg.objective, token_classes=token_classes)
     meta = {"model": model.args, "features": dataclasses.asdict(cfg.features),
             "cmvn": cfg.features.cmvn, "tokenizer": "tokenizer", "objective": cfg.objective,
             "decode_head": objective.decodes_from}
     hooks = build_hooks(cfg.strategy, dctx, seed=cfg.seed)
-    trainer = Trainer(model, train_utts, dev_utts, tokenizer=tokenizer, exp_dir=exp_dir,
+    trainer = Trainer(model, train_set, dev_set, tokenizer=tokenizer, exp_dir=exp_dir,
                       cfg=cfg.train, optim=cfg.optim, schedule=cfg.schedule, specaug=cfg.specaug,
                       meta=meta, hooks=hooks, seed=cfg.seed, objective=objective,
                       resume=_resume_mode(cfg.resume),
@@ -137,7 +151,7 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     # Replicas of the averaging strategies differ until the final consensus average, so
     # their model is the last epoch's (the consensus); otherwise the best dev epoch's.
     averaged = dctx.world_size > 1 and cfg.strategy.name in ("adpsgd", "delay_by_one", "hybrid")
-    ckpt_dir, last = exp_dir / "checkpoints", cfg.train.epochs
+    ckpt_dir, last = exp_dir / "checkpoints", state.epoch
     if cfg.train.average_last > 1:
         first = last - cfg.train.average_last + 1
         chosen = f"the average of epochs {first}-{last}"
@@ -149,6 +163,9 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     save_checkpoint(exp_dir / "model.pt", bundle)
     atomic_write(exp_dir / "train_summary.json",
                  json.dumps({"strategy": cfg.strategy.name, "learners": dctx.world_size,
+                             "steps": state.step, "data_wait_s": round(state.data_wait_s, 3),
+                             "train_s": round(state.train_s, 3),
+                             "first_step_time": state.first_step_time,
                              "history": state.history, "best": state.best}, indent=2) + "\n")
     metric = "wer" if "wer" in state.best else "loss"
     log.info("%s saved as %s (best dev %s %.3f at epoch %d)", chosen, exp_dir / "model.pt",
@@ -184,19 +201,32 @@ def adopt_alignment_tokenizer(source: str, exp_dir: Path) -> None:
                           f"{mine} differs; remove {mine} to use the alignments' tokenizer")
 
 
-def _with_alignments(cfg: AsrkitConfig, exp_dir: Path, utts: list, which: str, *,
-                     num_classes: int, log_it: bool) -> tuple[list, int, bool]:
-    """Check ``utts``' alignments and attach them; returns the kept utterances, the number
-    of classes and whether the classes are tokenizer units."""
+def _with_alignments(cfg: AsrkitConfig, exp_dir: Path, data: UtteranceSource, which: str, *,
+                     num_classes: int, log_it: bool) -> tuple[UtteranceSource, int, bool]:
+    """Check the set's alignments against its frame counts (no features are read) and
+    attach them; returns the utterances that have them, the number of classes and whether
+    the classes are tokenizer units."""
     source = alignment_source(cfg, exp_dir, which)
     check = cfg.align.check_config(num_classes=num_classes)
-    fixed, report = check_alignments(read_alignments(source),
-                                     {u.utt: u.feats.shape[0] for u in utts}, check, source=source)
+    frames = dict(zip(data.ids, data.lengths.tolist(), strict=True))
+    fixed, report = check_alignments(read_alignments(source), frames, check, source=source)
     report.raise_if_unusable()
     if log_it:
         log.info("%s alignments: %s", which,
                  "; ".join(" ".join(line.split()) for line in report.summary().splitlines()))
-    kept = attach_alignments(utts, fixed, factor=report.subsampling_factor,
+    kept = attach_alignments(data, fixed, factor=report.subsampling_factor,
                              model_subsample=model_args(cfg.model)["subsample"], source=source)
     token_classes = (Path(source) / "tokenizer" / "units.txt").is_file()
     return kept, report.num_classes, token_classes
+
+
+def _hours(data: UtteranceSource, shift_s: float) -> float:
+    return float(data.lengths.sum()) * shift_s / 3600.0
+
+
+def _frame_shift(data_dir: Path) -> float:
+    """The data dir's frame shift in seconds (``frame_shift``; 10 ms when absent)."""
+    try:
+        return float((data_dir / "frame_shift").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.01

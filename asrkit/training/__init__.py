@@ -3,9 +3,10 @@
 Public API:
     - :class:`TrainConfig`, :class:`OptimConfig`, :class:`ScheduleConfig`,
       :class:`SpecAugConfig` — typed settings.
-    - :func:`load_utterances`, :class:`CmvnNormalizer`, :class:`BucketBatches`,
-      :func:`collate` — normalised features and token targets, length-bucketed
-      batches capped by frames.
+    - :func:`open_data_dir` (a data dir streamed from its feature archives),
+      :func:`load_utterances` (read into memory), :class:`CmvnNormalizer`,
+      :class:`BucketBatches`, :func:`collate` — normalised features and token targets,
+      length-bucketed batches capped by frames, read ahead by background threads.
     - :class:`Trainer`, :class:`TrainHooks`, :class:`TrainState` — the loop and
       the named hooks distributed strategies implement.
     - :class:`LRSchedule` — warm-up + cosine/exponential annealing by step.
@@ -14,12 +15,13 @@ Public API:
 
 from asrkit.training.checkpoint import load_checkpoint, load_model_bundle, save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
-from asrkit.training.data import BucketBatches, CmvnNormalizer, collate, load_utterances
+from asrkit.training.data import CmvnNormalizer, collate
 from asrkit.training.schedule import LRSchedule
+from asrkit.training.stream import BucketBatches, load_utterances, open_data_dir
 from asrkit.training.trainer import Trainer, TrainHooks, TrainState
 
 __all__ = [
     "BucketBatches", "CmvnNormalizer", "LRSchedule", "OptimConfig", "ScheduleConfig",
     "SpecAugConfig", "TrainConfig", "TrainHooks", "TrainState", "Trainer", "collate",
-    "load_checkpoint", "load_model_bundle", "load_utterances", "save_checkpoint",
+    "load_checkpoint", "load_model_bundle", "load_utterances", "open_data_dir", "save_checkpoint",
 ]

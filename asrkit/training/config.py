@@ -101,6 +101,13 @@ class TrainConfig:
         save_every: besides each epoch end, save the resume state every this many steps
             (0 = epoch ends only; the lock-step strategies only — ADPSGD and HYBRID
             learners take different numbers of steps, so they resume from epoch ends).
+        prefetch: batches read and collated ahead of the training step by background
+            threads (0 = each batch is read when the step asks for it).
+        loader_threads: threads that read batches (each keeps its own open archives).
+        in_memory: read the whole training and dev sets into memory before the first
+            step instead of streaming them from the feature archives (small sets only).
+        max_steps: stop after this many optimizer steps in all (0 = run every epoch;
+            benchmarks and smoke tests).
     """
 
     epochs: int = 20
@@ -116,6 +123,10 @@ class TrainConfig:
     log_every: int = 10
     progress: bool = True
     save_every: int = 0
+    prefetch: int = 4
+    loader_threads: int = 1
+    in_memory: bool = False
+    max_steps: int = 0
 
     def check(self) -> None:
         if self.epochs < 1:
@@ -126,6 +137,10 @@ class TrainConfig:
             raise ConfigError(f"train.best_metric={self.best_metric!r}; choose wer or loss")
         if self.save_every < 0:
             raise ConfigError(f"train.save_every={self.save_every} must be >= 0 (0: epoch ends)")
+        if self.prefetch < 0 or self.loader_threads < 1 or self.max_steps < 0:
+            raise ConfigError(f"train.prefetch={self.prefetch}, train.loader_threads="
+                              f"{self.loader_threads} and train.max_steps={self.max_steps}: "
+                              "prefetch and max_steps must be >= 0 and loader_threads >= 1")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1")
         if self.average_last > min(self.keep_checkpoints, self.epochs):

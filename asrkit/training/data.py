@@ -1,26 +1,21 @@
-"""Training data: normalised features and token targets, bucketed into batches.
+"""Training data types: utterances, padded batches, CMVN, length bucketing.
 
-Features are read once from ``feats.scp`` into memory (AN4's whole training set
-is ~80 MB of float32 at 80 dims) and normalised with Kaldi CMVN stats. Batches
-group utterances of similar length and are capped by padded frames, so a batch
-of short utterances holds more of them than a batch of long ones.
+Batches group utterances of similar length and are capped by padded frames, so a
+batch of short utterances holds more of them than a batch of long ones. Where the
+utterances come from (read on demand from the feature archives, or held in memory)
+is :mod:`asrkit.training.stream`.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from asrkit.data.datadir import read_data_dir, read_kaldi_map
-from asrkit.data.kaldi_table import read_matrix
-from asrkit.errors import ConfigError, DataError
-from asrkit.features.cmvn import apply_cmvn, cmvn_stats, read_cmvn
-from asrkit.targets.tokenizer import Tokenizer
+from asrkit.errors import ConfigError
+from asrkit.features.cmvn import apply_cmvn, cmvn_stats
 
 
 @dataclass
@@ -59,19 +54,35 @@ class Batch:
     #: those of the whole batch).
     norm: float = 0.0
     frame_targets: torch.Tensor | None = None
+    #: Utterances in the planned batch across all learners that share it (this
+    #: learner's ``utts`` are its share).
+    global_utts: int = 0
 
     def __post_init__(self) -> None:
         if not self.norm:
             self.norm = float(len(self.utts))
+        if not self.global_utts:
+            self.global_utts = len(self.utts)
 
     @property
     def frames(self) -> int:
         return int(self.lengths.sum())
 
-    def to(self, device: torch.device) -> Batch:
-        return Batch(self.utts, self.feats.to(device), self.lengths.to(device),
-                     self.targets.to(device), self.target_lengths.to(device), self.norm,
-                     None if self.frame_targets is None else self.frame_targets.to(device))
+    def to(self, device: torch.device, *, non_blocking: bool = False) -> Batch:
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=non_blocking)
+
+        return Batch(self.utts, move(self.feats), move(self.lengths), move(self.targets),
+                     move(self.target_lengths), self.norm,
+                     None if self.frame_targets is None else move(self.frame_targets),
+                     self.global_utts)
+
+    def pin_memory(self) -> Batch:
+        """The batch in page-locked memory (so a CUDA copy can overlap computation)."""
+        return Batch(self.utts, self.feats.pin_memory(), self.lengths.pin_memory(),
+                     self.targets.pin_memory(), self.target_lengths.pin_memory(), self.norm,
+                     None if self.frame_targets is None else self.frame_targets.pin_memory(),
+                     self.global_utts)
 
 
 class CmvnNormalizer:
@@ -95,53 +106,6 @@ class CmvnNormalizer:
         else:
             stats = self.global_stats
         return apply_cmvn(feats, stats, norm_vars=self.norm_vars)
-
-
-def load_utterances(data_dir: str | Path, normalize: CmvnNormalizer, *,
-                    tokenizer: Tokenizer | None = None, input_dim: int | None = None) -> list[Utterance]:
-    """Read a data dir's features (and token targets when ``tokenizer`` is given).
-
-    Raises:
-        DataError: no ``feats.scp``, unreadable arks, wrong feature dimension, or a
-            transcript that encodes to no tokens; names the file and utterance.
-    """
-    data_dir = Path(data_dir)
-    data = read_data_dir(data_dir, require_text=tokenizer is not None)
-    scp = data_dir / "feats.scp"
-    if not scp.is_file():
-        raise DataError(f"{scp}: not found; run the feature stage (stage 2) for {data_dir}")
-    speaker_stats: dict[str, np.ndarray] = {}
-    if normalize.mode == "speaker":
-        cmvn_scp = data_dir / "cmvn.scp"
-        if not cmvn_scp.is_file():
-            raise DataError(f"{cmvn_scp}: not found; features.cmvn=speaker needs the per-speaker "
-                            f"stats that the feature stage (stage 2) writes for {data_dir}")
-        speaker_stats = {spk: read_cmvn(rx) for spk, rx in read_kaldi_map(cmvn_scp).items()}
-    feats_map = read_kaldi_map(scp)
-    utts: list[Utterance] = []
-    for utt, rxfile in feats_map.items():
-        try:
-            mat = read_matrix(rxfile)
-        except DataError as err:  # names rxfile and what is wrong with it
-            raise DataError(f"{scp}: utterance '{utt}': cannot read features ({err}); rerun the "
-                            "feature stage") from None
-        if input_dim is not None and mat.shape[1] != input_dim:
-            raise DataError(f"{scp}: utterance '{utt}' has {mat.shape[1]}-dim features but the "
-                            f"model expects {input_dim}; they were computed with other settings "
-                            f"({data_dir / 'feats.yaml'}) — recompute them (stage 2) with the "
-                            "model's feature settings")
-        spk = data.utt2spk[utt]
-        if normalize.mode == "speaker" and spk not in speaker_stats:
-            raise DataError(f"{data_dir}/cmvn.scp: no stats for speaker '{spk}' (utterance "
-                            f"'{utt}'); rerun the feature stage")
-        feats = normalize(mat, speaker_stats.get(spk))
-        text = data.text.get(utt, "") if data.text is not None else ""
-        tokens = np.asarray(tokenizer.encode(text) if tokenizer is not None else [], dtype=np.int64)
-        if tokenizer is not None and tokens.size == 0:
-            raise DataError(f"{data_dir}/text: utterance '{utt}' encodes to no tokens; check "
-                            "its transcript")
-        utts.append(Utterance(utt, feats, tokens, text))
-    return utts
 
 
 def collate(utts: Sequence[Utterance]) -> Batch:
@@ -190,73 +154,3 @@ def make_buckets(lengths: Sequence[int], *, max_frames: int, max_batch: int,
         else:
             batches.append(current)
     return batches
-
-
-class BucketBatches:
-    """Epoch-by-epoch batches: fixed buckets, order reshuffled per epoch from ``seed``.
-
-    With ``world > 1`` the buckets are *global* batches (at least ``world``
-    utterances each) and this learner gets utterances ``rank::world`` of each, so
-    ``world`` learners together take the same steps as one process would; every
-    learner sees the same number of batches in the same order.
-
-    Args:
-        utts: the training utterances (the same list on every learner).
-        max_frames, max_batch: see :func:`make_buckets` (global, across learners).
-        shuffle: reshuffle the batch order every epoch.
-        seed: base seed; epoch ``e`` uses ``seed + e``.
-        rank, world: this learner's shard.
-    """
-
-    def __init__(self, utts: Sequence[Utterance], *, max_frames: int, max_batch: int,
-                 shuffle: bool = True, seed: int = 1, rank: int = 0, world: int = 1) -> None:
-        self.utts = list(utts)
-        self.buckets = make_buckets([u.feats.shape[0] for u in self.utts], max_frames=max_frames,
-                                    max_batch=max_batch, min_batch=world)
-        self.shuffle, self.seed, self.rank, self.world = shuffle, seed, rank, world
-
-    def __len__(self) -> int:
-        return len(self.buckets)
-
-    def epoch(self, epoch: int, *, start: int = 0) -> Iterator[Batch]:
-        """Epoch ``epoch``'s batches from its ``start``-th on (a resumed run skips the rest)."""
-        order = list(range(len(self.buckets)))
-        if self.shuffle:
-            random.Random(self.seed + epoch).shuffle(order)
-        for b in order[start:]:
-            yield self._collate(self.buckets[b])
-
-    def _collate(self, bucket: list[int]) -> Batch:
-        batch = collate([self.utts[i] for i in bucket[self.rank::self.world]])
-        batch.norm = len(bucket) / self.world
-        return batch
-
-
-def attach_alignments(utts: list[Utterance], alignments: dict[str, np.ndarray], *, factor: int,
-                      model_subsample: int, source: str) -> list[Utterance]:
-    """Give each utterance its frame targets at the model's output rate.
-
-    Args:
-        utts: utterances whose features the alignments were checked against.
-        alignments: labels per utterance, ``ceil(T / factor)`` of them (as
-            :func:`asrkit.targets.check_alignments` returns them).
-        factor: feature frames per alignment frame.
-        model_subsample: feature frames per model output frame; a multiple of ``factor``
-            (every ``model_subsample / factor``-th label is kept, as Kaldi subsamples).
-        source: where the alignments came from (for messages).
-
-    Returns:
-        The utterances that have alignments (the checker reported the others).
-    """
-    if model_subsample % factor:
-        raise ConfigError(f"{source}: alignments have one label per {factor} feature frames but "
-                          f"the model outputs one per {model_subsample}; use a model.subsample "
-                          f"that is a multiple of {factor}")
-    step = model_subsample // factor
-    kept = []
-    for u in utts:
-        labels = alignments.get(u.utt)
-        if labels is not None:
-            u.ali = np.ascontiguousarray(labels[::step], dtype=np.int64)
-            kept.append(u)
-    return kept

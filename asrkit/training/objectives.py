@@ -39,10 +39,20 @@ class Objective(abc.ABC):
         """The summed loss / ``batch.norm``."""
 
     @abc.abstractmethod
+    def accumulate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
+                   texts: dict[str, str]) -> dict[str, float]:
+        """Sums over ``batches`` that :meth:`metrics` turns into dev metrics; sums of
+        several shards of a dev set add up to the whole set's (sharded validation)."""
+
+    @abc.abstractmethod
+    def metrics(self, sums: dict[str, float]) -> dict[str, float]:
+        """Dev metrics from :meth:`accumulate`'s sums: ``loss`` always; ``wer`` (%) when
+        the output decodes to words."""
+
     def validate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
                  texts: dict[str, str]) -> dict[str, float]:
-        """Dev metrics: ``loss`` always; ``wer`` (%) against ``texts`` (utterance ->
-        transcript) when the output decodes to words."""
+        """Dev metrics of ``batches`` (``texts``: utterance -> transcript)."""
+        return self.metrics(self.accumulate(model, batches, tokenizer=tokenizer, texts=texts))
 
     @staticmethod
     def _wer(batch: Batch, scores: torch.Tensor, lengths: torch.Tensor, tokenizer: Tokenizer,
@@ -50,6 +60,16 @@ class Objective(abc.ABC):
         for utt, ids in zip(batch.utts, greedy_ctc(scores, lengths), strict=True):
             hyp[utt] = tokenizer.decode(ids).split()
             ref[utt] = texts[utt].split()
+
+    @staticmethod
+    def _word_errors(ref: dict[str, list[str]], hyp: dict[str, list[str]]) -> dict[str, float]:
+        words = score_texts(ref, hyp).words
+        return {"word_errors": float(words.errors), "ref_words": float(words.ref_words)}
+
+    @staticmethod
+    def _wer_of(sums: dict[str, float]) -> float:
+        # As ErrorCounts.wer: errors x 100 when there are no reference words.
+        return 100.0 * sums["word_errors"] / max(sums["ref_words"], 1.0)
 
 
 class CtcObjective(Objective):
@@ -65,8 +85,8 @@ class CtcObjective(Objective):
                                       zero_infinity=True) / batch.norm
 
     @torch.no_grad()
-    def validate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
-                 texts: dict[str, str]) -> dict[str, float]:
+    def accumulate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
+                   texts: dict[str, str]) -> dict[str, float]:
         total, count = 0.0, 0
         ref: dict[str, list[str]] = {}
         hyp: dict[str, list[str]] = {}
@@ -77,7 +97,10 @@ class CtcObjective(Objective):
                 blank=0, reduction="sum", zero_infinity=True))
             count += len(batch.utts)
             self._wer(batch, out["ctc"], out["lengths"], tokenizer, ref, hyp, texts)
-        return {"loss": total / max(count, 1), "wer": score_texts(ref, hyp).words.wer}
+        return {"loss_sum": total, "utts": float(count), **self._word_errors(ref, hyp)}
+
+    def metrics(self, sums: dict[str, float]) -> dict[str, float]:
+        return {"loss": sums["loss_sum"] / max(sums["utts"], 1.0), "wer": self._wer_of(sums)}
 
 
 class FrameCEObjective(Objective):
@@ -112,8 +135,8 @@ class FrameCEObjective(Objective):
                                            ignore_index=IGNORE, reduction="sum") / batch.norm
 
     @torch.no_grad()
-    def validate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
-                 texts: dict[str, str]) -> dict[str, float]:
+    def accumulate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
+                   texts: dict[str, str]) -> dict[str, float]:
         total, frames, correct = 0.0, 0, 0
         ref: dict[str, list[str]] = {}
         hyp: dict[str, list[str]] = {}
@@ -127,10 +150,16 @@ class FrameCEObjective(Objective):
             correct += int(((logits.argmax(dim=-1) == targets) & valid).sum())
             if self.token_classes:
                 self._wer(batch, logits, lengths, tokenizer, ref, hyp, texts)
-        metrics = {"loss": total / max(frames, 1),
-                   "frame_acc": 100.0 * correct / max(frames, 1)}
+        sums = {"loss_sum": total, "frames": float(frames), "correct": float(correct)}
         if self.token_classes:
-            metrics["wer"] = score_texts(ref, hyp).words.wer
+            sums.update(self._word_errors(ref, hyp))
+        return sums
+
+    def metrics(self, sums: dict[str, float]) -> dict[str, float]:
+        frames = max(sums["frames"], 1.0)
+        metrics = {"loss": sums["loss_sum"] / frames, "frame_acc": 100.0 * sums["correct"] / frames}
+        if self.token_classes:
+            metrics["wer"] = self._wer_of(sums)
         return metrics
 
 

@@ -24,7 +24,7 @@ from asrkit.models.lstm import LSTMAcousticModel
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.checkpoint import save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
-from asrkit.training.data import Batch, BucketBatches, Utterance, collate
+from asrkit.training.data import Batch, Utterance
 from asrkit.training.objectives import CtcObjective, Objective
 from asrkit.training.resume import (
     FaultInjection,
@@ -37,6 +37,7 @@ from asrkit.training.resume import (
 )
 from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
+from asrkit.training.stream import BucketBatches, UtteranceSource, as_source, timed
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,16 @@ class TrainState:
     samples: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
     best: dict[str, float] | None = None
+    #: Seconds the training steps of this process waited for their batches, and the
+    #: seconds its training loop ran (both since this process started).
+    data_wait_s: float = 0.0
+    train_s: float = 0.0
+    #: Wall-clock time (``time.time()``) at which this process's first step ended.
+    first_step_time: float | None = None
+
+    @property
+    def data_wait_fraction(self) -> float:
+        return self.data_wait_s / self.train_s if self.train_s > 0 else 0.0
 
 
 class TrainHooks:
@@ -75,9 +86,14 @@ class TrainHooks:
         """The learner that validates, logs and writes checkpoints."""
         return self.rank == 0
 
-    def make_batches(self, utts: list[Utterance], cfg: TrainConfig, *, seed: int) -> BucketBatches:
+    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *, seed: int) -> BucketBatches:
         """This learner's batches (a strategy decides how data is sharded)."""
-        return BucketBatches(utts, max_frames=cfg.max_frames, max_batch=cfg.max_batch, seed=seed)
+        return BucketBatches(source, seed=seed, **loader_settings(cfg))
+
+    def reduce_sums(self, sums: dict[str, float]) -> dict[str, float]:
+        """Sum ``sums`` over all learners (a collective among learners): each validates a
+        share of the dev set."""
+        return sums
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         """Called once; returns the module the loop calls (e.g. a DDP wrapper)."""
@@ -125,6 +141,13 @@ class TrainHooks:
         consensus averaging, stopping threads)."""
 
 
+def loader_settings(cfg: TrainConfig, *, parts: int = 1) -> dict[str, int]:
+    """:class:`BucketBatches` size caps and read-ahead from ``cfg``; ``parts`` > 1 divides
+    the global batch caps among learners (or groups) that batch their own shards."""
+    return {"max_frames": max(1, cfg.max_frames // parts), "max_batch": max(1, cfg.max_batch // parts),
+            "prefetch": cfg.prefetch, "threads": cfg.loader_threads}
+
+
 def ctc_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     """Summed CTC loss / ``batch.norm`` (``zero_infinity`` guards too-short inputs)."""
     return CtcObjective().loss(model, batch)
@@ -156,7 +179,8 @@ class Trainer:
 
     Args:
         model: the model (moved to ``device``).
-        train: training utterances; dev: validation utterances.
+        train: the training set; dev: the validation set (streamed sources, or
+            utterances in memory).
         tokenizer: turns dev hypotheses into words for the dev WER.
         exp_dir: where ``checkpoints/`` and ``tensorboard/`` go.
         cfg, optim, schedule, specaug: settings.
@@ -171,7 +195,8 @@ class Trainer:
             another key are not resumed from.
     """
 
-    def __init__(self, model: LSTMAcousticModel, train: list[Utterance], dev: list[Utterance], *,
+    def __init__(self, model: LSTMAcousticModel, train: UtteranceSource | list[Utterance],
+                 dev: UtteranceSource | list[Utterance], *,
                  tokenizer: Tokenizer, exp_dir: str | Path, cfg: TrainConfig, optim: OptimConfig,
                  schedule: ScheduleConfig, specaug: SpecAugConfig, meta: dict[str, Any],
                  hooks: TrainHooks | None = None, seed: int = 1,
@@ -184,9 +209,11 @@ class Trainer:
         self.device = pick_device(cfg.device)
         self.model = model.to(self.device)
         self.hooks = hooks or TrainHooks()
-        self.tokenizer, self.dev, self.is_main = tokenizer, dev, self.hooks.is_main
+        self.tokenizer, self.dev, self.is_main = tokenizer, as_source(dev), self.hooks.is_main
+        self.dev_texts = self.dev.texts()
         self.exp_dir = Path(exp_dir)
-        self.batches = self.hooks.make_batches(train, cfg, seed=seed)
+        self.batches = self.hooks.make_batches(as_source(train), cfg, seed=seed)
+        self.batches.pin_memory = self.device.type == "cuda"
         self.optimizer = build_optimizer(self.model.parameters(), optim)
         self.schedule = LRSchedule(schedule, peak_lr=optim.lr,
                                    total_steps=cfg.epochs * len(self.batches),
@@ -207,32 +234,42 @@ class Trainer:
         model = self.hooks.wrap_model(self.model)
         for epoch in range(start_epoch, self.cfg.epochs):
             skip = start_batch if epoch == start_epoch else 0
-            seconds = self.train_epoch(model, self.batches.epoch(epoch, start=skip), epoch=epoch,
-                                       first=skip)
+            seconds, waited = self.train_epoch(model, self.batches.epoch(epoch, start=skip),
+                                               epoch=epoch, first=skip)
             self.state.epoch = epoch + 1
-            if self.state.epoch < self.cfg.epochs:
+            last = self.state.epoch == self.cfg.epochs or self._step_cap_reached()
+            if not last:
                 self.hooks.after_epoch(model, self.state)
             else:
                 self.hooks.finish(model, self.state)  # the last checkpoint holds the final model
-            self._end_epoch(epoch, seconds)
+            self._end_epoch(epoch, seconds, waited)
             self.save_resume_state((epoch + 1, 0))
+            if last:
+                break
         self.hooks.wait_for_saves()
         return self.state
 
+    def _step_cap_reached(self) -> bool:
+        return 0 < self.cfg.max_steps <= self.state.step
+
     def train_epoch(self, model: nn.Module, batches: Iterable[Batch], *, epoch: int,
-                    first: int = 0) -> float:
+                    first: int = 0) -> tuple[float, float]:
         """One pass of optimizer steps over ``batches`` (batch ``first`` onwards of the
-        epoch); returns its wall time in seconds."""
+        epoch); returns its wall time and the part of it spent waiting for batches, in
+        seconds."""
         model.train()
         bar = self._progress(epoch)
         if bar is not None and first:
             bar.update(first)
-        began, frames = time.monotonic(), 0
+        began, frames, waited = time.monotonic(), 0, 0.0
         every = self.cfg.save_every if self.hooks.lockstep else 0
-        for index, batch in enumerate(batches, start=first + 1):
+        stream = timed(iter(batches))
+        for index, (batch, wait) in enumerate(stream, start=first + 1):
+            waited += wait
             self.hooks.before_step(self.state)
             lr = self._set_lr()
-            loss = self.objective.loss(model, self._augment(batch).to(self.device))
+            loss = self.objective.loss(model, self._augment(batch).to(self.device,
+                                                                       non_blocking=True))
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.hooks.after_backward(model, self.state)
@@ -246,10 +283,19 @@ class Trainer:
             if every and index % every == 0 and index < len(self.batches):
                 self.save_resume_state((epoch, index))
             frames += batch.frames
-            self._log_step(bar, loss.item(), lr, frames / (time.monotonic() - began))
+            elapsed = time.monotonic() - began
+            if self.state.first_step_time is None:
+                self.state.first_step_time = time.time()
+            self._log_step(bar, loss.item(), lr, frames / elapsed, waited / elapsed)
+            if self._step_cap_reached():
+                break
+        stream.close()  # stops read-ahead threads when the loop ends early
         if bar is not None:
             bar.close()
-        return time.monotonic() - began
+        seconds = time.monotonic() - began
+        self.state.data_wait_s += waited
+        self.state.train_s += seconds
+        return seconds, waited
 
     def _set_lr(self) -> float:
         lr = self.schedule(self.hooks.progress_step(self.state, len(self.batches)))
@@ -260,22 +306,29 @@ class Trainer:
     def _augment(self, batch: Batch) -> Batch:
         feats = spec_augment(batch.feats, batch.lengths, self.specaug, self.generator)
         return Batch(batch.utts, feats, batch.lengths, batch.targets, batch.target_lengths,
-                     batch.norm, batch.frame_targets)
+                     batch.norm, batch.frame_targets, batch.global_utts)
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Dev-set metrics of the objective: loss, and greedy WER (%) where it decodes."""
-        self.model.eval()
-        batches = (collate([self.dev[i] for i in idx]).to(self.device)
-                   for idx in BucketBatches(self.dev, max_frames=self.cfg.max_frames,
-                                            max_batch=self.cfg.max_batch, shuffle=False).buckets)
-        return self.objective.validate(self.model, batches, tokenizer=self.tokenizer,
-                                       texts={u.utt: u.text for u in self.dev})
+        """Dev-set metrics of the objective: loss, and greedy WER (%) where it decodes.
 
-    def _end_epoch(self, epoch: int, seconds: float) -> None:
+        Every learner scores its share of the dev batches (``rank::world``) with its own
+        replica and the sums are added up, so no learner waits while another validates.
+        """
+        self.model.eval()
+        planned = BucketBatches(self.dev, shuffle=False, **loader_settings(self.cfg))
+        mine = iter(planned.buckets[self.hooks.rank::self.hooks.world_size])
+        with planned.loader(mine) as batches:
+            sums = self.objective.accumulate(
+                self.model, (b.to(self.device) for b in batches), tokenizer=self.tokenizer,
+                texts=self.dev_texts)
+        return self.objective.metrics(self.hooks.reduce_sums(sums))
+
+    def _end_epoch(self, epoch: int, seconds: float, waited: float) -> None:
+        metrics = {"epoch": epoch + 1, **self.validate(), "seconds": seconds,
+                   "data_wait_s": round(waited, 3)}
         if not self.is_main:
-            return  # the other learners carry on; their next collective waits for this one
-        metrics = {"epoch": epoch + 1, **self.validate(), "seconds": seconds}
+            return
         self.state.history.append(metrics)
         key = self.cfg.best_metric if self.cfg.best_metric in metrics else "loss"
         improved = self.state.best is None or \
@@ -285,8 +338,8 @@ class Trainer:
         shown = ", ".join(f"dev {name} {metrics[k]:.3f}" if k == "loss" else
                           f"dev {name} {metrics[k]:.2f}%"
                           for k, name in _METRIC_NAMES.items() if k in metrics)
-        log.info("epoch %d: %s, %.0f s%s", epoch + 1, shown, seconds,
-                 " (best so far)" if improved else "")
+        log.info("epoch %d: %s, %.0f s (data wait %.1f s, %.1f%%)%s", epoch + 1, shown, seconds,
+                 waited, 100.0 * waited / max(seconds, 1e-9), " (best so far)" if improved else "")
         writer = self._tensorboard()
         if writer is not None:
             for k in _METRIC_NAMES:
@@ -377,15 +430,17 @@ class Trainer:
         return tqdm(total=len(self.batches), desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
                     unit="batch", leave=False, dynamic_ncols=True, disable=None)
 
-    def _log_step(self, bar, loss: float, lr: float, fps: float) -> None:
+    def _log_step(self, bar, loss: float, lr: float, fps: float, wait: float) -> None:
         if not math.isfinite(loss):
             log.warning("step %d: loss is %s", self.state.step, loss)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.2f}", fps=f"{fps:.0f}", lr=f"{lr:.2e}", refresh=False)
+            bar.set_postfix(loss=f"{loss:.2f}", fps=f"{fps:.0f}", lr=f"{lr:.2e}",
+                            wait=f"{100 * wait:.0f}%", refresh=False)
         if self.state.step % self.cfg.log_every == 0:
             writer = self._tensorboard()
             if writer is not None:
                 writer.add_scalar("train/loss", loss, self.state.step)
                 writer.add_scalar("train/lr", lr, self.state.step)
                 writer.add_scalar("train/frames_per_s", fps, self.state.step)
+                writer.add_scalar("train/data_wait_fraction", wait, self.state.step)

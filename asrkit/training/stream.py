@@ -1,0 +1,700 @@
+"""Streaming training data: batches planned from metadata, features read when they are used.
+
+A set of utterances is an :class:`UtteranceSource`: the frame count of each utterance
+(all that batch planning needs) and a way to read utterances by index.
+
+- :class:`StreamingSource` holds metadata only — ids, frame counts from
+  ``utt2num_frames``, where each matrix lies (``feats.scp``: archive and byte offset),
+  speakers and token targets, packed into arrays. A learner's memory therefore grows with
+  the corpus only by a few bytes per utterance; features are read (plain or compressed
+  matrices), normalised and collated one planned batch at a time.
+- :class:`InMemorySource` holds utterances already read (a small set, a test).
+
+:class:`Prefetcher` reads planned batches ahead of the training step in background
+threads, in plan order, at most ``depth`` batches ahead, each thread through its own
+reader (one open handle per archive). Reading a batch is numpy and file I/O, which
+release the GIL, so a thread keeps up without copying batches between processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Generic, TypeVar
+
+import numpy as np
+
+from asrkit.data.datadir import read_kaldi_map
+from asrkit.data.kaldi_table import TableReader, read_matrix, read_matrix_at
+from asrkit.errors import ConfigError, DataError
+from asrkit.features.cmvn import read_cmvn
+from asrkit.targets.tokenizer import Tokenizer
+from asrkit.training.data import Batch, CmvnNormalizer, Utterance, collate, make_buckets
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+class UtteranceReader(ABC):
+    """Reads utterances of one source; one per thread (it may hold open files)."""
+
+    @abstractmethod
+    def read(self, indices: Sequence[int]) -> list[Utterance]:
+        """The utterances at ``indices`` of the source, in that order."""
+
+    def close(self) -> None:  # noqa: B027  a reader that holds no files has nothing to close
+        """Release open files."""
+
+
+class UtteranceSource(ABC):
+    """A set of utterances: lengths for planning, utterances on demand.
+
+    Attributes:
+        ids: utterance ids, in data dir order.
+        lengths: ``(N,)`` feature frames of each utterance.
+    """
+
+    ids: list[str]
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @abstractmethod
+    def reader(self) -> UtteranceReader:
+        """A new reader (each thread that reads needs its own)."""
+
+    @abstractmethod
+    def texts(self) -> dict[str, str]:
+        """Utterance id -> reference transcript (for the dev WER)."""
+
+    @abstractmethod
+    def with_alignments(self, labels: dict[str, np.ndarray], *, step: int) -> UtteranceSource:
+        """The utterances that have frame targets, each given ``labels[utt][::step]``."""
+
+    def read_all(self) -> list[Utterance]:
+        """Every utterance (reads the whole set into memory)."""
+        reader = self.reader()
+        try:
+            return reader.read(range(len(self)))
+        finally:
+            reader.close()
+
+
+class InMemorySource(UtteranceSource):
+    """Utterances already in memory."""
+
+    def __init__(self, utts: Sequence[Utterance]) -> None:
+        self.utts = list(utts)
+        self.ids = [u.utt for u in self.utts]
+        self.lengths = np.array([u.feats.shape[0] for u in self.utts], dtype=np.int64)
+
+    def reader(self) -> UtteranceReader:
+        return _ListReader(self.utts)
+
+    def texts(self) -> dict[str, str]:
+        return {u.utt: u.text for u in self.utts}
+
+    def with_alignments(self, labels: dict[str, np.ndarray], *, step: int) -> InMemorySource:
+        kept = []
+        for u in self.utts:
+            if u.utt in labels:
+                u.ali = np.ascontiguousarray(labels[u.utt][::step], dtype=np.int64)
+                kept.append(u)
+        return InMemorySource(kept)
+
+
+class _ListReader(UtteranceReader):
+    def __init__(self, utts: list[Utterance]) -> None:
+        self.utts = utts
+
+    def read(self, indices: Sequence[int]) -> list[Utterance]:
+        return [self.utts[i] for i in indices]
+
+
+def as_source(data: UtteranceSource | Sequence[Utterance]) -> UtteranceSource:
+    """``data`` as a source (a list of utterances is wrapped)."""
+    return data if isinstance(data, UtteranceSource) else InMemorySource(data)
+
+
+@dataclass
+class _Packed:
+    """Variable-length int sequences packed into one array: item ``i`` is
+    ``values[starts[i]:starts[i + 1]]``."""
+
+    values: np.ndarray
+    starts: np.ndarray
+
+    @classmethod
+    def of(cls, items: Sequence[Sequence[int] | np.ndarray], dtype: type = np.int32) -> _Packed:
+        sizes = np.fromiter((len(x) for x in items), dtype=np.int64, count=len(items))
+        starts = np.zeros(len(items) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        values = np.concatenate([np.asarray(x, dtype=dtype) for x in items]) if len(items) else \
+            np.zeros(0, dtype=dtype)
+        return cls(values.astype(dtype, copy=False), starts)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.values[self.starts[i]:self.starts[i + 1]]
+
+    def take(self, indices: Sequence[int]) -> _Packed:
+        return _Packed.of([self[i] for i in indices], dtype=self.values.dtype.type)
+
+
+class StreamingSource(UtteranceSource):
+    """A data dir's utterances, read from its feature archives when asked for.
+
+    Build it with :func:`open_data_dir`. Entries of ``feats.scp`` of the usual form
+    ``file.ark:offset`` are kept as (archive number, offset); any other rxfilename (a row
+    range, a pipe, a file holding one matrix) is kept as text and read with
+    :func:`~asrkit.data.kaldi_table.read_matrix`.
+    """
+
+    def __init__(self, *, data_dir: Path, ids: list[str], lengths: np.ndarray, arks: list[str],
+                 ark_of: np.ndarray, offsets: np.ndarray, others: dict[int, str],
+                 speakers: list[str], spk_of: np.ndarray, tokens: _Packed | None,
+                 text: dict[str, str] | None, normalize: CmvnNormalizer,
+                 speaker_stats: dict[str, np.ndarray], dim: int,
+                 ali: _Packed | None = None) -> None:
+        self.data_dir, self.ids, self.lengths = data_dir, ids, lengths
+        self.arks, self.ark_of, self.offsets, self.others = arks, ark_of, offsets, others
+        self.speakers, self.spk_of, self.tokens, self.text = speakers, spk_of, tokens, text
+        self.normalize, self.speaker_stats, self.dim, self.ali = normalize, speaker_stats, dim, ali
+
+    @property
+    def scp(self) -> Path:
+        return self.data_dir / "feats.scp"
+
+    def reader(self) -> UtteranceReader:
+        return _ArkReader(self)
+
+    def texts(self) -> dict[str, str]:
+        return dict(self.text or {})
+
+    def where(self, i: int) -> str:
+        """``file.ark:offset`` (or the rxfilename) of utterance ``i``."""
+        if self.ark_of[i] < 0:
+            return self.others[i]
+        return f"{self.arks[self.ark_of[i]]}:{self.offsets[i]}"
+
+    def with_alignments(self, labels: dict[str, np.ndarray], *, step: int) -> StreamingSource:
+        kept = [i for i, utt in enumerate(self.ids) if utt in labels]
+        ali = _Packed.of([labels[self.ids[i]][::step] for i in kept])
+        source = self.subset(kept)
+        source.ali = ali
+        return source
+
+    def subset(self, indices: Sequence[int]) -> StreamingSource:
+        """The utterances at ``indices`` (metadata only; nothing is read)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        others = {new: self.others[old] for new, old in enumerate(indices) if old in self.others}
+        ids = [self.ids[i] for i in indices]
+        return StreamingSource(
+            data_dir=self.data_dir, ids=ids, lengths=self.lengths[idx], arks=self.arks,
+            ark_of=self.ark_of[idx], offsets=self.offsets[idx], others=others,
+            speakers=self.speakers, spk_of=self.spk_of[idx],
+            tokens=None if self.tokens is None else self.tokens.take(indices),
+            text=None if self.text is None else {u: self.text[u] for u in ids},
+            normalize=self.normalize, speaker_stats=self.speaker_stats, dim=self.dim,
+            ali=None if self.ali is None else self.ali.take(indices))
+
+
+class _ArkReader(UtteranceReader):
+    """Reads a :class:`StreamingSource`'s matrices, keeping each archive open once."""
+
+    def __init__(self, source: StreamingSource) -> None:
+        self.source = source
+        self.handles: dict[int, IO[bytes]] = {}
+
+    def read(self, indices: Sequence[int]) -> list[Utterance]:
+        return [self._utterance(int(i)) for i in indices]
+
+    def _utterance(self, i: int) -> Utterance:
+        src = self.source
+        utt = src.ids[i]
+        mat = self._matrix(i, utt)
+        if mat.shape != (src.lengths[i], src.dim):
+            raise DataError(f"{src.scp}: utterance '{utt}' at {src.where(i)}: holds a "
+                            f"{mat.shape[0]}x{mat.shape[1]} matrix, but utt2num_frames says "
+                            f"{src.lengths[i]} frames and the set has {src.dim}-dim features; "
+                            "the data dir is stale — rerun the feature stage")
+        spk = src.speakers[src.spk_of[i]]
+        feats = src.normalize(mat, src.speaker_stats.get(spk))
+        tokens = np.zeros(0, dtype=np.int64) if src.tokens is None else \
+            src.tokens[i].astype(np.int64)
+        ali = None if src.ali is None else src.ali[i].astype(np.int64)
+        return Utterance(utt, feats, tokens, src.text.get(utt, "") if src.text else "", ali)
+
+    def _matrix(self, i: int, utt: str) -> np.ndarray:
+        src = self.source
+        ark = int(src.ark_of[i])
+        if ark < 0:
+            try:
+                return read_matrix(src.others[i])
+            except DataError as err:
+                raise _unreadable(src, i, err) from None
+        handle = self.handles.get(ark)
+        if handle is None:
+            path = src.arks[ark]
+            try:
+                handle = self.handles[ark] = open(path, "rb")  # noqa: SIM115 (closed in close())
+            except OSError as err:
+                raise DataError(f"{src.scp}: utterance '{utt}': cannot open {path} "
+                                f"({err.strerror}); rerun the feature stage") from None
+        try:
+            return read_matrix_at(handle, int(src.offsets[i]), where=src.where(i))
+        except DataError as err:  # names the archive and the offset
+            raise _unreadable(src, i, err) from None
+
+    def close(self) -> None:
+        for handle in self.handles.values():
+            handle.close()
+        self.handles.clear()
+
+
+def open_data_dir(data_dir: str | Path, normalize: CmvnNormalizer, *,
+                  tokenizer: Tokenizer | None = None, input_dim: int | None = None,
+                  keep_text: bool = False) -> StreamingSource:
+    """Index a data dir's features for streaming: reads its metadata, no feature data.
+
+    Checks what can be checked cheaply before training starts: every utterance of
+    ``feats.scp`` has a speaker, a frame count (and a transcript that encodes to tokens
+    when ``tokenizer`` is given); every archive exists and is longer than its largest
+    offset (one ``stat`` per archive); the first matrix has ``input_dim`` columns.
+
+    Args:
+        data_dir: a Kaldi data dir with ``feats.scp`` and ``utt2spk`` (``utt2num_frames``
+            is read when present, otherwise the matrix headers are).
+        normalize: the CMVN applied to every utterance as it is read.
+        tokenizer: encodes ``text`` into token targets.
+        input_dim: the feature dimension the model expects.
+        keep_text: keep the transcripts (a dev set: its WER needs them).
+
+    Raises:
+        DataError: naming the file, the utterance (and the offset) and the fix.
+    """
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise DataError(f"{data_dir}: data directory not found; run the data preparation stage "
+                        "first")
+    scp = data_dir / "feats.scp"
+    if not scp.is_file():
+        raise DataError(f"{scp}: not found; run the feature stage (stage 2) for {data_dir}")
+    feats = read_kaldi_map(scp)
+    if not feats:
+        raise DataError(f"{scp}: empty; rerun the feature stage (stage 2) for {data_dir}")
+    ids = list(feats)
+    utt2spk = read_kaldi_map(data_dir / "utt2spk")
+    _require(ids, utt2spk, data_dir / "utt2spk", "a speaker")
+    text = None
+    if tokenizer is not None or keep_text:
+        text = read_kaldi_map(data_dir / "text", allow_empty_value=True)
+        _require(ids, text, data_dir / "text", "a transcript")
+        text = {utt: text[utt] for utt in ids}
+    arks: list[str] = []
+    ark_number: dict[str, int] = {}
+    ark_of = np.full(len(ids), -1, dtype=np.int32)
+    offsets = np.zeros(len(ids), dtype=np.int64)
+    others: dict[int, str] = {}
+    for i, utt in enumerate(ids):
+        rx = feats[utt]
+        path, sep, offset = rx.rpartition(":")
+        if sep and offset.isdigit() and not rx.endswith("|"):
+            number = ark_number.get(path)
+            if number is None:
+                number = ark_number[path] = len(arks)
+                arks.append(path)
+            ark_of[i], offsets[i] = number, int(offset)
+        else:
+            others[i] = rx
+    del feats
+    _check_arks(scp, ids, arks, ark_of, offsets)
+    speakers = sorted(set(utt2spk.values()))
+    spk_number = {spk: k for k, spk in enumerate(speakers)}
+    spk_of = np.fromiter((spk_number[utt2spk[u]] for u in ids), dtype=np.int32, count=len(ids))
+    del utt2spk
+    speaker_stats = _speaker_stats(data_dir, normalize, speakers)
+    tokens = None
+    if tokenizer is not None:
+        assert text is not None
+        encoded = []
+        for utt in ids:
+            encoded.append(tokenizer.encode(text[utt]))
+            if not encoded[-1]:
+                raise DataError(f"{data_dir}/text: utterance '{utt}' encodes to no tokens; check "
+                                "its transcript")
+        tokens = _Packed.of(encoded)
+        del encoded
+    source = StreamingSource(
+        data_dir=data_dir, ids=ids, lengths=np.zeros(len(ids), dtype=np.int64), arks=arks,
+        ark_of=ark_of, offsets=offsets, others=others, speakers=speakers, spk_of=spk_of,
+        tokens=tokens, text=text if keep_text else None, normalize=normalize,
+        speaker_stats=speaker_stats, dim=0)
+    source.lengths = _frame_counts(data_dir, source)
+    source.dim = _first_dim(source, input_dim)
+    return source
+
+
+def _require(ids: list[str], mapping: dict[str, str], path: Path, what: str) -> None:
+    missing = [utt for utt in ids if utt not in mapping]
+    if missing:
+        raise DataError(f"{path}: {len(missing)} utterance(s) of feats.scp have no {what}, first "
+                        f"'{missing[0]}'; fix the data dir (Kaldi: utils/fix_data_dir.sh)")
+
+
+def _check_arks(scp: Path, ids: list[str], arks: list[str], ark_of: np.ndarray,
+                offsets: np.ndarray) -> None:
+    """Every archive exists and extends past its largest offset (one stat per archive)."""
+    if not arks:
+        return
+    first = np.full(len(arks), -1, dtype=np.int64)  # each archive's first utterance
+    last = np.full(len(arks), -1, dtype=np.int64)  # the utterance at its largest offset
+    for i in np.flatnonzero(ark_of >= 0):
+        a = ark_of[i]
+        if first[a] < 0:
+            first[a] = i
+        if last[a] < 0 or offsets[i] > offsets[last[a]]:
+            last[a] = i
+    for a, path in enumerate(arks):
+        i = int(last[a])
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            raise DataError(f"{scp}: utterance '{ids[first[a]]}': {path}: file not found; rerun "
+                            "the feature stage (or fix the paths in feats.scp)") from None
+        except OSError as err:
+            raise DataError(f"{scp}: utterance '{ids[first[a]]}': {path}: cannot stat "
+                            f"({err.strerror}); check its permissions") from None
+        if offsets[i] >= size:
+            raise DataError(f"{scp}: utterance '{ids[i]}': offset {offsets[i]} is past the end "
+                            f"of {path} ({size} bytes); the archive was cut short or the scp is "
+                            "stale — regenerate both (rerun the feature stage)")
+
+
+def _speaker_stats(data_dir: Path, normalize: CmvnNormalizer,
+                   speakers: list[str]) -> dict[str, np.ndarray]:
+    if normalize.mode != "speaker":
+        return {}
+    cmvn_scp = data_dir / "cmvn.scp"
+    if not cmvn_scp.is_file():
+        raise DataError(f"{cmvn_scp}: not found; features.cmvn=speaker needs the per-speaker "
+                        f"stats that the feature stage (stage 2) writes for {data_dir}")
+    entries = read_kaldi_map(cmvn_scp)
+    missing = [spk for spk in speakers if spk not in entries]
+    if missing:
+        raise DataError(f"{cmvn_scp}: no stats for speaker '{missing[0]}' ({len(missing)} "
+                        "speaker(s) missing); rerun the feature stage")
+    return {spk: read_cmvn(entries[spk]) for spk in speakers}
+
+
+def _frame_counts(data_dir: Path, source: StreamingSource) -> np.ndarray:
+    """Frames per utterance from ``utt2num_frames``, else from the matrix headers."""
+    path = data_dir / "utt2num_frames"
+    if path.is_file():
+        counts = read_kaldi_map(path)
+        _require(source.ids, counts, path, "a frame count")
+        lengths = np.zeros(len(source.ids), dtype=np.int64)
+        for i, utt in enumerate(source.ids):
+            value = counts[utt]
+            if not value.isdigit():
+                raise DataError(f"{path}: utterance '{utt}' has frame count {value!r}, expected "
+                                "an integer >= 0; regenerate it (feat-to-len scp:feats.scp ark,t:-)")
+            lengths[i] = int(value)
+        return lengths
+    log.info("%s: no utt2num_frames; reading the %d matrix headers instead (write it once with "
+             "feat-to-len scp:feats.scp ark,t:%s)", data_dir, len(source.ids), path)
+    return np.array(_header_rows(source), dtype=np.int64)
+
+
+def _unreadable(source: StreamingSource, i: int, err: DataError) -> DataError:
+    return DataError(f"{source.scp}: utterance '{source.ids[i]}': cannot read features ({err}); "
+                     "rerun the feature stage")
+
+
+def _header_rows(source: StreamingSource) -> list[int]:
+    rows = []
+    with _Handles() as handles:
+        for i in range(len(source.ids)):
+            try:
+                if source.ark_of[i] < 0:
+                    rows.append(read_matrix(source.others[i]).shape[0])
+                    continue
+                handle = handles.get(source.arks[source.ark_of[i]])
+                handle.seek(int(source.offsets[i]))
+                reader = TableReader(handle, source.where(i))
+                with reader.low_level_errors():
+                    rows.append(reader.matrix_rows(None, handle.read(1)))
+            except DataError as err:
+                raise _unreadable(source, i, err) from None
+    return rows
+
+
+class _Handles:
+    def __init__(self) -> None:
+        self.open: dict[str, IO[bytes]] = {}
+
+    def __enter__(self) -> _Handles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self.open.values():
+            handle.close()
+
+    def get(self, path: str) -> IO[bytes]:
+        if path not in self.open:
+            self.open[path] = open(path, "rb")  # noqa: SIM115 (closed in __exit__)
+        return self.open[path]
+
+
+def _first_dim(source: StreamingSource, input_dim: int | None) -> int:
+    """The feature dimension, from the first matrix (the only one read to open a set)."""
+    reader = _ArkReader(source)
+    try:
+        mat = reader._matrix(0, source.ids[0])
+    finally:
+        reader.close()
+    if input_dim is not None and mat.shape[1] != input_dim:
+        raise DataError(f"{source.scp}: utterance '{source.ids[0]}' has {mat.shape[1]}-dim "
+                        f"features but the model expects {input_dim}; they were computed with "
+                        f"other settings ({source.data_dir / 'feats.yaml'}) — recompute them "
+                        "(stage 2) with the model's feature settings")
+    return int(mat.shape[1])
+
+
+# --- prefetching ------------------------------------------------------------------------------
+
+
+class _Failed:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class Prefetcher(Generic[_T]):
+    """Turns planned items into batches ahead of their use, in plan order.
+
+    ``threads`` background threads each take the next planned item, build its batch with
+    ``make(reader, item)`` through their own reader, and hand it over; no thread runs more
+    than ``depth`` items ahead of the consumer, so at most ``depth`` batches are held.
+    ``depth == 0`` builds each batch in the consumer's thread when it is asked for. An
+    error while reading is raised in the consumer, at the batch that failed.
+
+    Use it as a context manager (or call :meth:`close`): leaving early stops the threads.
+    """
+
+    def __init__(self, plan: Iterator[object], make: Callable[[UtteranceReader, object], _T],
+                 source: UtteranceSource, *, depth: int = 4, threads: int = 1) -> None:
+        self.plan, self.make, self.source = plan, make, source
+        self.depth, self.threads = max(0, depth), max(1, threads)
+        self._cond = threading.Condition()
+        self._ready: dict[int, object] = {}
+        self._taken = 0        # items taken from the plan
+        self._delivered = 0    # batches handed to the consumer
+        self._end: int | None = None  # the plan's length once it ran out
+        self._stop = False
+        self._workers: list[threading.Thread] = []
+        self._reader: UtteranceReader | None = None
+
+    def __enter__(self) -> Prefetcher[_T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[_T]:
+        if self.depth == 0:
+            self._reader = self.source.reader()
+            for item in self.plan:
+                yield self.make(self._reader, item)
+            return
+        for k in range(self.threads):
+            worker = threading.Thread(target=self._work, name=f"asrkit-prefetch-{k}", daemon=True)
+            worker.start()
+            self._workers.append(worker)
+        while True:
+            with self._cond:
+                while self._delivered not in self._ready and self._end != self._delivered:
+                    self._cond.wait()
+                if self._delivered not in self._ready:
+                    return
+                out = self._ready.pop(self._delivered)
+                self._delivered += 1
+                self._cond.notify_all()
+            if isinstance(out, _Failed):
+                self.close()
+                raise out.error
+            yield out  # type: ignore[misc]
+
+    def _work(self) -> None:
+        reader = self.source.reader()
+        try:
+            while True:
+                with self._cond:
+                    while not self._stop and self._end is None and \
+                            self._taken >= self._delivered + self.depth:
+                        self._cond.wait()
+                    if self._stop or self._end is not None:
+                        return
+                    seq = self._taken
+                    try:
+                        item = next(self.plan)
+                    except StopIteration:
+                        self._end = seq
+                        self._cond.notify_all()
+                        return
+                    except BaseException as err:  # noqa: BLE001 (handed to the consumer)
+                        self._ready[seq], self._end = _Failed(err), seq + 1
+                        self._cond.notify_all()
+                        return
+                    self._taken += 1
+                try:
+                    out: object = self.make(reader, item)
+                except BaseException as err:  # noqa: BLE001 (handed to the consumer)
+                    out = _Failed(err)
+                with self._cond:
+                    self._ready[seq] = out
+                    self._cond.notify_all()
+        finally:
+            reader.close()
+
+    def close(self) -> None:
+        """Stop the threads and drop what they read ahead."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        for worker in self._workers:
+            if worker is not threading.current_thread():
+                worker.join()
+        self._workers.clear()
+        self._ready.clear()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+def timed(batches: Iterator[_T]) -> Generator[tuple[_T, float], None, None]:
+    """``(batch, seconds the consumer waited for it)`` for each batch of ``batches``;
+    closing it closes ``batches`` (and so stops its read-ahead)."""
+    try:
+        while True:
+            began = time.monotonic()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            yield batch, time.monotonic() - began
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
+
+
+# --- planned batches --------------------------------------------------------------------------
+
+
+class BucketBatches:
+    """Epoch-by-epoch batches: fixed length buckets planned from frame counts alone, their
+    order reshuffled per epoch from ``seed``; features are read as the batches are used.
+
+    With ``world > 1`` the buckets are *global* batches (at least ``world`` utterances
+    each) and this learner reads utterances ``rank::world`` of each, so ``world`` learners
+    together take the same steps as one process would; every learner sees the same
+    number of batches in the same order.
+
+    Args:
+        source: the set (a list of utterances is taken as an in-memory set).
+        max_frames, max_batch: see :func:`~asrkit.training.data.make_buckets` (global,
+            across learners).
+        shuffle: reshuffle the batch order every epoch.
+        seed: base seed; epoch ``e`` uses ``seed + e``.
+        rank, world: this learner's share of each batch.
+        indices: the utterances of ``source`` to batch (default all; a learner's shard).
+        prefetch: batches read ahead by background threads (0: read when asked for).
+        threads: reading threads.
+    """
+
+    def __init__(self, source: UtteranceSource | Sequence[Utterance], *, max_frames: int,
+                 max_batch: int, shuffle: bool = True, seed: int = 1, rank: int = 0,
+                 world: int = 1, indices: Sequence[int] | None = None, prefetch: int = 4,
+                 threads: int = 1) -> None:
+        self.source = as_source(source)
+        chosen = np.arange(len(self.source)) if indices is None else np.asarray(indices, np.int64)
+        lengths = self.source.lengths[chosen].tolist()
+        self.buckets = [chosen[np.asarray(b, dtype=np.int64)]
+                        for b in make_buckets(lengths, max_frames=max_frames, max_batch=max_batch,
+                                              min_batch=world)]
+        self.shuffle, self.seed, self.rank, self.world = shuffle, seed, rank, world
+        self.prefetch, self.threads = prefetch, threads
+        #: Put batches in page-locked memory as they are read (for CUDA).
+        self.pin_memory = False
+
+    def __len__(self) -> int:
+        return len(self.buckets)
+
+    def plan(self, epoch: int, *, start: int = 0) -> Iterator[np.ndarray]:
+        """Epoch ``epoch``'s buckets in order, from its ``start``-th on (nothing is read)."""
+        order = list(range(len(self.buckets)))
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        for b in order[start:]:
+            yield self.buckets[b]
+
+    def epoch(self, epoch: int, *, start: int = 0) -> Iterator[Batch]:
+        """Epoch ``epoch``'s batches from its ``start``-th on (a resumed run reads none of
+        the ones before)."""
+        with self.loader(self.plan(epoch, start=start)) as batches:
+            yield from batches
+
+    def loader(self, plan: Iterator[np.ndarray]) -> Prefetcher[Batch]:
+        """The batches of ``plan``'s buckets, read ahead as the settings say."""
+        return Prefetcher(plan, self._read, self.source, depth=self.prefetch, threads=self.threads)
+
+    def _read(self, reader: UtteranceReader, bucket: object) -> Batch:
+        assert isinstance(bucket, np.ndarray)
+        batch = collate(reader.read(bucket[self.rank::self.world].tolist()))
+        batch.norm = len(bucket) / self.world
+        batch.global_utts = len(bucket)
+        return batch.pin_memory() if self.pin_memory else batch
+
+
+def attach_alignments(data: UtteranceSource | Sequence[Utterance],
+                      alignments: dict[str, np.ndarray], *, factor: int, model_subsample: int,
+                      source: str) -> UtteranceSource:
+    """Give each utterance its frame targets at the model's output rate.
+
+    Args:
+        data: the set whose frame counts the alignments were checked against.
+        alignments: labels per utterance, ``ceil(T / factor)`` of them (as
+            :func:`asrkit.targets.check_alignments` returns them).
+        factor: feature frames per alignment frame.
+        model_subsample: feature frames per model output frame; a multiple of ``factor``
+            (every ``model_subsample / factor``-th label is kept, as Kaldi subsamples).
+        source: where the alignments came from (for messages).
+
+    Returns:
+        The utterances that have alignments (the checker reported the others).
+    """
+    if model_subsample % factor:
+        raise ConfigError(f"{source}: alignments have one label per {factor} feature frames but "
+                          f"the model outputs one per {model_subsample}; use a model.subsample "
+                          f"that is a multiple of {factor}")
+    return as_source(data).with_alignments(alignments, step=model_subsample // factor)
+
+
+def load_utterances(data_dir: str | Path, normalize: CmvnNormalizer, *,
+                    tokenizer: Tokenizer | None = None, input_dim: int | None = None
+                    ) -> list[Utterance]:
+    """Read a data dir's features into memory (and token targets when ``tokenizer`` is given).
+
+    Raises:
+        DataError: as :func:`open_data_dir`, and for a matrix that cannot be read.
+    """
+    return open_data_dir(data_dir, normalize, tokenizer=tokenizer, input_dim=input_dim,
+                         keep_text=(Path(data_dir) / "text").is_file()).read_all()
