@@ -45,11 +45,28 @@ def read_kaldi_map(
         DataError: missing file, bytes that are not UTF-8, empty key, missing value,
             duplicate or unsorted key; the message names the file, the line number and the key.
     """
+    entries: dict[str, str] = {}
+    for lineno, key, value in iter_kaldi_map(path, allow_empty_value=allow_empty_value,
+                                             check_sorted=check_sorted):
+        if key in entries:
+            raise DataError(
+                f"{path}:{lineno}: duplicate id '{key}' (first seen earlier in the file); "
+                "ids must be unique — remove or rename one"
+            )
+        entries[key] = value
+    return entries
+
+
+def iter_kaldi_map(
+    path: str | Path, *, allow_empty_value: bool = False, check_sorted: bool = True
+) -> Iterator[tuple[int, str, str]]:
+    """``(line number, key, value)`` of a Kaldi ``key value...`` file, read line by line
+    (a file of millions of lines is never held in memory). Checks as :func:`read_kaldi_map`;
+    without ``check_sorted``, duplicate keys are the caller's to find."""
     path = Path(path)
     if not path.exists() or path.is_dir():
         raise DataError(f"{path}: file not found; check the path (for a data dir, run the "
                         "stage that creates it)")
-    entries: dict[str, str] = {}
     previous = None
     with open(path, encoding="utf-8") as handle:
         for lineno, line in _utf8_lines(handle, path):
@@ -63,19 +80,18 @@ def read_kaldi_map(
                     f"{path}:{lineno}: utterance/key '{key}' has no value; "
                     "give it one or remove the line"
                 )
-            if key in entries:
-                raise DataError(
-                    f"{path}:{lineno}: duplicate id '{key}' (first seen earlier in the file); "
-                    "ids must be unique — remove or rename one"
-                )
-            if check_sorted and previous is not None and key < previous:
+            if check_sorted and previous is not None and key <= previous:
+                if key == previous:
+                    raise DataError(
+                        f"{path}:{lineno}: duplicate id '{key}' (first seen earlier in the file); "
+                        "ids must be unique — remove or rename one"
+                    )
                 raise DataError(
                     f"{path}:{lineno}: not sorted: '{key}' comes after '{previous}'; "
                     f"sort it with: LC_ALL=C sort -o {path} {path}"
                 )
-            entries[key] = value
+            yield lineno, key, value
             previous = key
-    return entries
 
 
 def _utf8_lines(handle: IO[str], path: Path) -> Iterator[tuple[int, str]]:

@@ -4,7 +4,8 @@ Public API:
     - :func:`read_matrix`, :func:`read_vector` — one object from an rxfilename: a file,
       ``file.ark:offset``, ``file.ark:offset[first:last]`` (an inclusive row range, optionally
       ``[r1:r2,c1:c2]``), ``cmd |`` or ``-`` (stdin).
-    - :func:`read_matrix_at` — the matrix at an offset of an archive that is already open.
+    - :func:`read_matrix_at` — the matrix at an offset of an archive that is already open;
+      :func:`read_float_matrix_at`, its fast path for a float matrix of known shape.
     - :func:`read_matrices`, :func:`read_vectors` — every ``(key, object)`` of an rspecifier
       (``ark:``, ``scp:``, ``ark:gunzip -c x.gz |``), in table order.
 
@@ -141,6 +142,23 @@ def read_matrix_at(handle: IO[bytes], offset: int, *, where: str, utt: str | Non
     return _read_at(handle, where, utt, TableReader.matrix, empty="nothing at this offset",
                     fix="the scp is stale or the archive was cut short; regenerate both (rerun "
                     "the feature stage)")
+
+
+def read_float_matrix_at(handle: IO[bytes], offset: int, *, rows: int, cols: int
+                         ) -> np.ndarray | None:
+    """The binary ``FM`` matrix of ``rows x cols`` at ``offset`` in one header read and one
+    data read, as float32; None when the entry is anything else (another
+    kind, another shape, cut short), for :func:`read_matrix_at` to read or report."""
+    handle.seek(offset)
+    head = handle.read(15)  # \0B "FM " \4 rows \4 cols
+    if len(head) != 15 or head[:5] != b"\0BFM " or head[5] != 4 or head[10] != 4:
+        return None
+    if struct.unpack_from("<i", head, 6)[0] != rows or struct.unpack_from("<i", head, 11)[0] != cols:
+        return None
+    data = bytearray(rows * cols * 4)  # writable, filled in place
+    if handle.readinto(data) != len(data):  # type: ignore[attr-defined]
+        return None
+    return np.frombuffer(data, dtype="<f4").reshape(rows, cols)
 
 
 def read_vector(rxfilename: str | Path) -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from asrkit.data.kaldi_table import read_matrix
 from asrkit.errors import DataError
@@ -26,18 +27,44 @@ def cmvn_stats(feats: np.ndarray) -> np.ndarray:
     return stats
 
 
-def apply_cmvn(feats: np.ndarray, stats: np.ndarray, *, norm_vars: bool = True) -> np.ndarray:
-    """Normalise ``feats`` ``(T, D)`` with Kaldi stats ``(2, D+1)``; returns float32."""
+def cmvn_transform(stats: np.ndarray, *, norm_vars: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Per-dimension float32 ``(scale, offset)`` with ``normalised = feats * scale + offset``,
+    computed in float64 from Kaldi stats ``(2, D+1)`` as Kaldi's ``apply-cmvn`` does."""
     count = stats[0, -1]
     if count < 1:
         raise DataError("CMVN stats have a frame count below 1; recompute them")
     mean = stats[0, :-1] / count
-    out = feats.astype(np.float64) - mean
+    scale = np.ones_like(mean)
     if norm_vars:
         var = stats[1, :-1] / count - np.square(mean)
         # Same floor as Kaldi's apply-cmvn, so a constant dimension does not blow up.
-        out /= np.sqrt(np.maximum(var, 1.0e-20))
-    return out.astype(np.float32)
+        scale = 1.0 / np.sqrt(np.maximum(var, 1.0e-20))
+    return scale.astype(np.float32), (-mean * scale).astype(np.float32)
+
+
+def apply_cmvn(feats: np.ndarray, stats: np.ndarray, *, norm_vars: bool = True,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """Normalise ``feats`` ``(T, D)`` with Kaldi stats ``(2, D+1)``; returns float32.
+
+    As Kaldi's ``apply-cmvn``: scale and offset computed in double, applied to float
+    features (``feats * scale + offset``). ``out`` (float32, ``(T, D)``) receives the result.
+    """
+    scale, offset = cmvn_transform(stats, norm_vars=norm_vars)
+    return apply_transform(feats, scale, offset, out=out)
+
+
+def apply_transform(feats: np.ndarray, scale: np.ndarray, offset: np.ndarray, *,
+                    out: np.ndarray | None = None) -> np.ndarray:
+    """``feats * scale + offset`` as float32, in one fused pass (into ``out`` when given).
+
+    Fused multiply-add rounds once where two passes round twice, so the result can
+    differ from ``feats * scale + offset`` computed in numpy in the last bit; every
+    path that normalises features goes through here, so they agree exactly.
+    """
+    x = torch.from_numpy(feats if feats.dtype == np.float32 else feats.astype(np.float32))
+    target = torch.empty(x.shape) if out is None else torch.from_numpy(out)
+    torch.addcmul(torch.from_numpy(offset), x, torch.from_numpy(scale), out=target)
+    return target.numpy()
 
 
 def read_cmvn(rxfile: str | Path) -> np.ndarray:

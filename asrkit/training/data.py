@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from asrkit.errors import ConfigError
-from asrkit.features.cmvn import apply_cmvn, cmvn_stats
+from asrkit.features.cmvn import apply_transform, cmvn_stats, cmvn_transform
 
 
 @dataclass
@@ -96,16 +96,25 @@ class CmvnNormalizer:
         if mode == "global" and global_stats is None:
             raise ConfigError("global CMVN needs the training set's cmvn_global.ark")
         self.mode, self.global_stats, self.norm_vars = mode, global_stats, norm_vars
+        self._global = None if global_stats is None else \
+            cmvn_transform(global_stats, norm_vars=norm_vars)
 
-    def __call__(self, feats: np.ndarray, speaker_stats: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, feats: np.ndarray, speaker_stats: np.ndarray | None = None, *,
+                 out: np.ndarray | None = None) -> np.ndarray:
+        """``feats`` ``(T, D)`` normalised, as float32 (written into ``out`` when given)."""
         if self.mode == "none":
-            return feats.astype(np.float32, copy=False)
+            if out is None:
+                return feats.astype(np.float32, copy=False)
+            out[...] = feats
+            return out
         if self.mode == "speaker":
             # Without per-speaker stats (a lone audio file) the utterance is its own speaker.
             stats = speaker_stats if speaker_stats is not None else cmvn_stats(feats)
+            scale, offset = cmvn_transform(stats, norm_vars=self.norm_vars)
         else:
-            stats = self.global_stats
-        return apply_cmvn(feats, stats, norm_vars=self.norm_vars)
+            assert self._global is not None
+            scale, offset = self._global
+        return apply_transform(feats, scale, offset, out=out)
 
 
 def collate(utts: Sequence[Utterance]) -> Batch:
@@ -135,22 +144,29 @@ def make_buckets(lengths: Sequence[int], *, max_frames: int, max_batch: int,
     an utterance longer than ``max_frames`` gets a batch of its own when ``min_batch`` is 1.
     The last batch may be short; with ``min_batch`` > 1 it is merged into the one before.
     """
+    return [b.tolist() for b in plan_buckets(np.asarray(lengths, dtype=np.int64),
+                                             max_frames=max_frames, max_batch=max_batch,
+                                             min_batch=min_batch)]
+
+
+def plan_buckets(lengths: np.ndarray, *, max_frames: int, max_batch: int,
+                 min_batch: int = 1) -> list[np.ndarray]:
+    """:func:`make_buckets` on an array of lengths, each batch an index array (a corpus of
+    millions of utterances is planned without a Python object per utterance)."""
     if max_frames < 1 or max_batch < 1:
         raise ConfigError(f"train.max_frames={max_frames} and train.max_batch={max_batch} must "
                           "be positive")
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        longest = lengths[current[0]] if current else lengths[i]
-        full = (len(current) + 1) * longest > max_frames or len(current) >= max(max_batch, min_batch)
-        if current and len(current) >= min_batch and full:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        if len(current) < min_batch and batches:
-            batches[-1].extend(current)
-        else:
-            batches.append(current)
-    return batches
+    order = np.argsort(-lengths, kind="stable")  # longest first, ties in index order
+    ordered = lengths[order].tolist()
+    cap = max(max_batch, min_batch)
+    cuts: list[int] = []
+    start = 0
+    for pos in range(1, len(ordered)):
+        size = pos - start
+        full = (size + 1) * ordered[start] > max_frames or size >= cap
+        if size >= min_batch and full:
+            cuts.append(pos)
+            start = pos
+    if cuts and len(ordered) - start < min_batch:
+        cuts.pop()  # the short last batch joins the one before
+    return np.split(order, cuts) if len(ordered) else []

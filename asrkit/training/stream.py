@@ -18,6 +18,7 @@ release the GIL, so a thread keeps up without copying batches between processes.
 
 from __future__ import annotations
 
+import array
 import logging
 import os
 import random
@@ -30,13 +31,14 @@ from pathlib import Path
 from typing import IO, Generic, TypeVar
 
 import numpy as np
+import torch
 
-from asrkit.data.datadir import read_kaldi_map
-from asrkit.data.kaldi_table import TableReader, read_matrix, read_matrix_at
+from asrkit.data.datadir import iter_kaldi_map, read_kaldi_map
+from asrkit.data.kaldi_table import TableReader, read_float_matrix_at, read_matrix, read_matrix_at
 from asrkit.errors import ConfigError, DataError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.data import Batch, CmvnNormalizer, Utterance, collate, make_buckets
+from asrkit.training.data import Batch, CmvnNormalizer, Utterance, collate, plan_buckets
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,10 @@ class UtteranceReader(ABC):
     @abstractmethod
     def read(self, indices: Sequence[int]) -> list[Utterance]:
         """The utterances at ``indices`` of the source, in that order."""
+
+    def read_batch(self, indices: Sequence[int]) -> Batch:
+        """The utterances at ``indices`` as a padded batch (``collate`` of :meth:`read`)."""
+        return collate(self.read(indices))
 
     def close(self) -> None:  # noqa: B027  a reader that holds no files has nothing to close
         """Release open files."""
@@ -220,18 +226,59 @@ class _ArkReader(UtteranceReader):
     def _utterance(self, i: int) -> Utterance:
         src = self.source
         utt = src.ids[i]
-        mat = self._matrix(i, utt)
-        if mat.shape != (src.lengths[i], src.dim):
-            raise DataError(f"{src.scp}: utterance '{utt}' at {src.where(i)}: holds a "
-                            f"{mat.shape[0]}x{mat.shape[1]} matrix, but utt2num_frames says "
-                            f"{src.lengths[i]} frames and the set has {src.dim}-dim features; "
-                            "the data dir is stale — rerun the feature stage")
-        spk = src.speakers[src.spk_of[i]]
-        feats = src.normalize(mat, src.speaker_stats.get(spk))
+        feats = src.normalize(self._checked(i), self._speaker_stats(i))
         tokens = np.zeros(0, dtype=np.int64) if src.tokens is None else \
             src.tokens[i].astype(np.int64)
         ali = None if src.ali is None else src.ali[i].astype(np.int64)
         return Utterance(utt, feats, tokens, src.text.get(utt, "") if src.text else "", ali)
+
+    def read_batch(self, indices: Sequence[int]) -> Batch:
+        # Each matrix is normalised straight into the padded batch (no per-utterance copy);
+        # the result equals collate(read(indices)).
+        src = self.source
+        idx = np.asarray(indices, dtype=np.int64)
+        lengths = src.lengths[idx]
+        longest = int(lengths.max())
+        feats = np.empty((len(idx), longest, src.dim), dtype=np.float32)
+        for k, i in enumerate(idx.tolist()):
+            src.normalize(self._checked(i), self._speaker_stats(i), out=feats[k, :lengths[k]])
+            feats[k, lengths[k]:] = 0.0  # padding
+        if src.tokens is None:
+            targets, target_lengths = np.zeros(0, dtype=np.int64), np.zeros(len(idx), np.int64)
+        else:
+            parts = [src.tokens[i] for i in idx.tolist()]
+            targets = np.concatenate(parts).astype(np.int64)
+            target_lengths = np.array([len(p) for p in parts], dtype=np.int64)
+        frame_targets = None
+        if src.ali is not None:
+            labels = [src.ali[i] for i in idx.tolist()]
+            frame_targets = torch.full((len(idx), max(x.size for x in labels)), -1, dtype=torch.long)
+            for k, x in enumerate(labels):
+                frame_targets[k, : x.size] = torch.from_numpy(x.astype(np.int64))
+        return Batch([src.ids[i] for i in idx.tolist()], torch.from_numpy(feats),
+                     torch.from_numpy(lengths.copy()), torch.from_numpy(targets),
+                     torch.from_numpy(target_lengths), frame_targets=frame_targets)
+
+    def _speaker_stats(self, i: int) -> np.ndarray | None:
+        src = self.source
+        return src.speaker_stats.get(src.speakers[src.spk_of[i]]) if src.speaker_stats else None
+
+    def _checked(self, i: int) -> np.ndarray:
+        """Utterance ``i``'s matrix, of the frames and dimension the index promises."""
+        src = self.source
+        rows, ark = int(src.lengths[i]), int(src.ark_of[i])
+        if ark >= 0 and ark in self.handles:  # the fast path for float matrices
+            mat = read_float_matrix_at(self.handles[ark], int(src.offsets[i]), rows=rows,
+                                       cols=src.dim)
+            if mat is not None:
+                return mat
+        mat = self._matrix(i, src.ids[i])
+        if mat.shape != (rows, src.dim):
+            raise DataError(f"{src.scp}: utterance '{src.ids[i]}' at {src.where(i)}: holds a "
+                            f"{mat.shape[0]}x{mat.shape[1]} matrix, but utt2num_frames says "
+                            f"{rows} frames and the set has {src.dim}-dim features; the data "
+                            "dir is stale — rerun the feature stage")
+        return mat
 
     def _matrix(self, i: int, utt: str) -> np.ndarray:
         src = self.source
@@ -288,66 +335,82 @@ def open_data_dir(data_dir: str | Path, normalize: CmvnNormalizer, *,
     scp = data_dir / "feats.scp"
     if not scp.is_file():
         raise DataError(f"{scp}: not found; run the feature stage (stage 2) for {data_dir}")
-    feats = read_kaldi_map(scp)
-    if not feats:
-        raise DataError(f"{scp}: empty; rerun the feature stage (stage 2) for {data_dir}")
-    ids = list(feats)
-    utt2spk = read_kaldi_map(data_dir / "utt2spk")
-    _require(ids, utt2spk, data_dir / "utt2spk", "a speaker")
-    text = None
-    if tokenizer is not None or keep_text:
-        text = read_kaldi_map(data_dir / "text", allow_empty_value=True)
-        _require(ids, text, data_dir / "text", "a transcript")
-        text = {utt: text[utt] for utt in ids}
+    # Every file is read line by line and joined on the sorted ids, so opening a corpus of
+    # millions of utterances never holds its text files in memory.
+    ids: list[str] = []
     arks: list[str] = []
     ark_number: dict[str, int] = {}
-    ark_of = np.full(len(ids), -1, dtype=np.int32)
-    offsets = np.zeros(len(ids), dtype=np.int64)
+    ark_of, offsets = array.array("i"), array.array("q")
     others: dict[int, str] = {}
-    for i, utt in enumerate(ids):
-        rx = feats[utt]
+    for _, utt, rx in iter_kaldi_map(scp):
         path, sep, offset = rx.rpartition(":")
         if sep and offset.isdigit() and not rx.endswith("|"):
             number = ark_number.get(path)
             if number is None:
                 number = ark_number[path] = len(arks)
                 arks.append(path)
-            ark_of[i], offsets[i] = number, int(offset)
+            ark_of.append(number)
+            offsets.append(int(offset))
         else:
-            others[i] = rx
-    del feats
-    _check_arks(scp, ids, arks, ark_of, offsets)
-    speakers = sorted(set(utt2spk.values()))
-    spk_number = {spk: k for k, spk in enumerate(speakers)}
-    spk_of = np.fromiter((spk_number[utt2spk[u]] for u in ids), dtype=np.int32, count=len(ids))
-    del utt2spk
-    speaker_stats = _speaker_stats(data_dir, normalize, speakers)
-    tokens = None
-    if tokenizer is not None:
-        assert text is not None
-        encoded = []
-        for utt in ids:
-            encoded.append(tokenizer.encode(text[utt]))
-            if not encoded[-1]:
-                raise DataError(f"{data_dir}/text: utterance '{utt}' encodes to no tokens; check "
-                                "its transcript")
-        tokens = _Packed.of(encoded)
-        del encoded
+            others[len(ids)] = rx
+            ark_of.append(-1)
+            offsets.append(0)
+        ids.append(utt)
+    if not ids:
+        raise DataError(f"{scp}: empty; rerun the feature stage (stage 2) for {data_dir}")
+    spk_number: dict[str, int] = {}
+    spk_of = array.array("i")
+    for spk in _joined(ids, data_dir / "utt2spk", "a speaker"):
+        spk_of.append(spk_number.setdefault(spk, len(spk_number)))
+    speakers = list(spk_number)
+    tokens, text = None, None
+    if tokenizer is not None or keep_text:
+        values, starts, kept = array.array("i"), array.array("q", [0]), {}
+        for utt, transcript in zip(ids, _joined(ids, data_dir / "text", "a transcript",
+                                                allow_empty=True), strict=True):
+            if keep_text:
+                kept[utt] = transcript
+            if tokenizer is not None:
+                encoded = tokenizer.encode(transcript)
+                if not encoded:
+                    raise DataError(f"{data_dir}/text: utterance '{utt}' encodes to no tokens; "
+                                    "check its transcript")
+                values.extend(encoded)
+                starts.append(len(values))
+        if tokenizer is not None:
+            tokens = _Packed(np.frombuffer(values, dtype=np.int32),
+                             np.frombuffer(starts, dtype=np.int64))
+        text = kept if keep_text else None
     source = StreamingSource(
         data_dir=data_dir, ids=ids, lengths=np.zeros(len(ids), dtype=np.int64), arks=arks,
-        ark_of=ark_of, offsets=offsets, others=others, speakers=speakers, spk_of=spk_of,
-        tokens=tokens, text=text if keep_text else None, normalize=normalize,
-        speaker_stats=speaker_stats, dim=0)
+        ark_of=np.frombuffer(ark_of, dtype=np.int32),
+        offsets=np.frombuffer(offsets, dtype=np.int64), others=others, speakers=speakers,
+        spk_of=np.frombuffer(spk_of, dtype=np.int32), tokens=tokens, text=text,
+        normalize=normalize, speaker_stats={}, dim=0)
+    _check_arks(scp, ids, arks, source.ark_of, source.offsets)
+    source.speaker_stats = _speaker_stats(data_dir, normalize, speakers)
     source.lengths = _frame_counts(data_dir, source)
     source.dim = _first_dim(source, input_dim)
     return source
 
 
-def _require(ids: list[str], mapping: dict[str, str], path: Path, what: str) -> None:
-    missing = [utt for utt in ids if utt not in mapping]
-    if missing:
-        raise DataError(f"{path}: {len(missing)} utterance(s) of feats.scp have no {what}, first "
-                        f"'{missing[0]}'; fix the data dir (Kaldi: utils/fix_data_dir.sh)")
+def _joined(ids: list[str], path: Path, what: str, *, allow_empty: bool = False) -> Iterator[str]:
+    """The value of each of ``ids`` (sorted) in the sorted map file ``path``; the file may
+    list more utterances (they are skipped), not fewer."""
+    entries = iter_kaldi_map(path, allow_empty_value=allow_empty)
+    key: str | None = None
+    value = ""
+    for utt in ids:
+        while key is None or key < utt:
+            try:
+                _, key, value = next(entries)
+            except StopIteration:
+                key = None
+                break
+        if key != utt:
+            raise DataError(f"{path}: utterance '{utt}' of feats.scp has no {what}; fix the data "
+                            "dir (Kaldi: utils/fix_data_dir.sh)")
+        yield value
 
 
 def _check_arks(scp: Path, ids: list[str], arks: list[str], ark_of: np.ndarray,
@@ -399,11 +462,9 @@ def _frame_counts(data_dir: Path, source: StreamingSource) -> np.ndarray:
     """Frames per utterance from ``utt2num_frames``, else from the matrix headers."""
     path = data_dir / "utt2num_frames"
     if path.is_file():
-        counts = read_kaldi_map(path)
-        _require(source.ids, counts, path, "a frame count")
         lengths = np.zeros(len(source.ids), dtype=np.int64)
-        for i, utt in enumerate(source.ids):
-            value = counts[utt]
+        for i, (utt, value) in enumerate(zip(source.ids, _joined(source.ids, path, "frame count"),
+                                             strict=True)):
             if not value.isdigit():
                 raise DataError(f"{path}: utterance '{utt}' has frame count {value!r}, expected "
                                 "an integer >= 0; regenerate it (feat-to-len scp:feats.scp ark,t:-)")
@@ -482,7 +543,10 @@ class Prefetcher(Generic[_T]):
 
     ``threads`` background threads each take the next planned item, build its batch with
     ``make(reader, item)`` through their own reader, and hand it over; no thread runs more
-    than ``depth`` items ahead of the consumer, so at most ``depth`` batches are held.
+    than ``depth`` items ahead of the consumer, so at most ``depth`` batches are held. When
+    the consumer asks for a batch that no thread has started, it builds that one itself
+    instead of waiting (so the read-ahead never makes the consumer slower than reading
+    in its own thread would).
     ``depth == 0`` builds each batch in the consumer's thread when it is asked for. An
     error while reading is raised in the consumer, at the batch that failed.
 
@@ -519,12 +583,36 @@ class Prefetcher(Generic[_T]):
             worker.start()
             self._workers.append(worker)
         while True:
+            item: object = None
+            out: object = None
             with self._cond:
-                while self._delivered not in self._ready and self._end != self._delivered:
+                while True:
+                    if self._delivered in self._ready:
+                        out = self._ready.pop(self._delivered)
+                        break
+                    if self._end == self._delivered:
+                        return
+                    if self._taken == self._delivered and self._end is None:
+                        # No thread has started the next batch (they are all behind, or the
+                        # consumer outran them): read it here rather than wait for one.
+                        try:
+                            item = next(self.plan)
+                        except StopIteration:
+                            self._end = self._taken
+                            self._cond.notify_all()
+                            return
+                        self._taken += 1
+                        break
                     self._cond.wait()
-                if self._delivered not in self._ready:
-                    return
-                out = self._ready.pop(self._delivered)
+            if out is None:
+                if self._reader is None:
+                    self._reader = self.source.reader()
+                try:
+                    out = self.make(self._reader, item)
+                except BaseException:
+                    self.close()
+                    raise
+            with self._cond:
                 self._delivered += 1
                 self._cond.notify_all()
             if isinstance(out, _Failed):
@@ -626,10 +714,9 @@ class BucketBatches:
                  threads: int = 1) -> None:
         self.source = as_source(source)
         chosen = np.arange(len(self.source)) if indices is None else np.asarray(indices, np.int64)
-        lengths = self.source.lengths[chosen].tolist()
-        self.buckets = [chosen[np.asarray(b, dtype=np.int64)]
-                        for b in make_buckets(lengths, max_frames=max_frames, max_batch=max_batch,
-                                              min_batch=world)]
+        self.buckets = [chosen[b] for b in plan_buckets(
+            self.source.lengths[chosen], max_frames=max_frames, max_batch=max_batch,
+            min_batch=world)]
         self.shuffle, self.seed, self.rank, self.world = shuffle, seed, rank, world
         self.prefetch, self.threads = prefetch, threads
         #: Put batches in page-locked memory as they are read (for CUDA).
@@ -658,7 +745,7 @@ class BucketBatches:
 
     def _read(self, reader: UtteranceReader, bucket: object) -> Batch:
         assert isinstance(bucket, np.ndarray)
-        batch = collate(reader.read(bucket[self.rank::self.world].tolist()))
+        batch = reader.read_batch(bucket[self.rank::self.world].tolist())
         batch.norm = len(bucket) / self.world
         batch.global_utts = len(bucket)
         return batch.pin_memory() if self.pin_memory else batch
