@@ -301,6 +301,44 @@ def _(w: Work):
                                           "rerun the feature stage"]
 
 
+@case("features-matrix-corrupt-while-streaming")
+def _(w: Work):
+    # Found only when its batch is read (opening a set reads its first matrix only):
+    # the run stops at that batch, naming the utterance, the archive and the offset.
+    w.trained(model=False)
+    scp = w.data / "train" / "feats.scp"
+    utt, entry = list(read_kaldi_map(scp).items())[1]
+    ark, offset = entry.rsplit(":", 1)
+    with open(ark, "r+b") as handle:
+        handle.seek(int(offset) + 2)
+        handle.write(b"ZZ")  # the FM type token
+    return w.stage(4, own_process=True), [str(scp), f"'{utt}'", f"{ark}:{offset}", "ZZ",
+                                          "rerun the feature stage"]
+
+
+@case("features-scp-offset-past-ark-end")
+def _(w: Work):
+    w.trained(model=False)
+    scp = w.data / "train" / "feats.scp"
+    utt, entry = list(read_kaldi_map(scp).items())[-1]
+    ark, offset = entry.rsplit(":", 1)
+    with open(ark, "r+b") as handle:
+        handle.truncate(int(offset) - 1)
+    return w.stage(4), [str(scp), f"'{utt}'", f"offset {offset}", ark, "past the end"]
+
+
+@case("features-rows-differ-from-utt2num_frames")
+def _(w: Work):
+    w.trained(model=False)
+    counts = w.data / "train" / "utt2num_frames"
+    entries = read_kaldi_map(counts)
+    utt = list(entries)[-1]
+    entries[utt] = str(int(entries[utt]) + 3)
+    write_kaldi_map(counts, entries)
+    return w.stage(4, own_process=True), [str(w.data / "train" / "feats.scp"), f"'{utt}'",
+                                          "utt2num_frames says", "rerun the feature stage"]
+
+
 @case("features-scp-points-at-missing-ark")
 def _(w: Work):
     w.trained(model=False)

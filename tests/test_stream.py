@@ -1,0 +1,237 @@
+"""Streaming training data: planning from metadata, batches read on demand and ahead,
+equality with the in-memory path, resume without reading earlier batches, listed corpora."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asrkit.data.datadir import DataDir, read_data_dir, read_kaldi_map, write_data_dir
+from asrkit.data.listed import list_corpus
+from asrkit.errors import DataError
+from asrkit.features.cmvn import cmvn_stats
+from asrkit.models import ModelConfig, build_model
+from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
+from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer
+from asrkit.training.data import Batch, CmvnNormalizer
+from asrkit.training.stream import (
+    BucketBatches,
+    InMemorySource,
+    Prefetcher,
+    StreamingSource,
+    UtteranceReader,
+    load_utterances,
+    open_data_dir,
+)
+from tests import kaldi_fixtures as fx
+
+DIM = 6
+WORDS = ["YES", "NO", "GO", "A B C", "TWO", "STOP", "NINE", "ERASE F"]
+
+
+def _feature_dir(root: Path, *, utts: int = 14) -> Path:
+    """A data dir whose features lie in two arks, one plain (FM), one compressed (CM),
+    with utt2num_frames, global and per-speaker CMVN stats (no audio is needed)."""
+    data = root / "data" / "train"
+    ids = [f"{spk}-u{i:02d}" for i in range(utts) for spk in (("s1", "s2")[i % 2],)]
+    ids.sort()
+    frames = {utt: 9 + (7 * k) % 23 for k, utt in enumerate(ids)}
+    mats = fx.random_features(3, frames, dim=DIM)
+    half = len(ids) // 2
+    scp = {}
+    for name, chunk, kind in (("a.ark", ids[:half], None), ("b.ark", ids[half:], "CM")):
+        offsets = fx.write_mat_ark(root / name, {u: mats[u] for u in chunk}, compress_as=kind)
+        scp.update({u: f"{root / name}:{o}" for u, o in offsets.items()})
+    write_data_dir(data, DataDir(wav_scp={u: f"/nonexistent/{u}.wav" for u in ids},
+                                 utt2spk={u: u.split("-")[0] for u in ids},
+                                 text={u: WORDS[k % len(WORDS)] for k, u in enumerate(ids)}))
+    (data / "feats.scp").write_text("".join(f"{u} {scp[u]}\n" for u in ids))
+    (data / "utt2num_frames").write_text("".join(f"{u} {frames[u]}\n" for u in ids))
+    stats = fx.write_mat_ark(root / "cmvn.ark", {
+        spk: cmvn_stats(np.concatenate([mats[u] for u in ids if u.startswith(spk)])).astype(np.float64)
+        for spk in ("s1", "s2")})
+    (data / "cmvn.scp").write_text("".join(f"{s} {root / 'cmvn.ark'}:{o}\n" for s, o in stats.items()))
+    np.save(root / "global.npy", cmvn_stats(np.concatenate(list(mats.values()))))
+    return data
+
+
+@pytest.fixture
+def feature_dir(tmp_path: Path) -> Path:
+    return _feature_dir(tmp_path)
+
+
+@pytest.fixture
+def tokenizer(feature_dir: Path) -> Tokenizer:
+    return train_tokenizer(read_kaldi_map(feature_dir / "text"), feature_dir.parent / "tok",
+                           TokenizerConfig(kind="char"))
+
+
+def _normalizer(feature_dir: Path, mode: str) -> CmvnNormalizer:
+    stats = np.load(feature_dir.parents[1] / "global.npy") if mode == "global" else None
+    return CmvnNormalizer(mode, global_stats=stats)
+
+
+def _same(a: Batch, b: Batch) -> None:
+    assert a.utts == b.utts
+    assert torch.equal(a.feats, b.feats) and a.feats.dtype == torch.float32
+    for name in ("lengths", "targets", "target_lengths"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert (a.norm, a.global_utts) == (b.norm, b.global_utts)
+
+
+@pytest.mark.parametrize("mode", ["global", "speaker", "none"])
+@pytest.mark.parametrize(("prefetch", "threads"), [(0, 1), (2, 1), (3, 2)])
+def test_streamed_batches_equal_in_memory_batches(feature_dir: Path, tokenizer: Tokenizer,
+                                                  mode: str, prefetch: int, threads: int) -> None:
+    normalize = _normalizer(feature_dir, mode)
+    stream = open_data_dir(feature_dir, normalize, tokenizer=tokenizer, input_dim=DIM)
+    memory = InMemorySource(load_utterances(feature_dir, normalize, tokenizer=tokenizer))
+    assert stream.ids == memory.ids and stream.lengths.tolist() == memory.lengths.tolist()
+    for rank, world in ((0, 1), (1, 2)):
+        settings = {"max_frames": 60, "max_batch": 4, "seed": 5, "rank": rank, "world": world}
+        streamed = BucketBatches(stream, prefetch=prefetch, threads=threads, **settings)
+        held = BucketBatches(memory, prefetch=0, **settings)
+        assert [b.tolist() for b in streamed.buckets] == [b.tolist() for b in held.buckets]
+        for epoch in (0, 1):
+            got, expected = list(streamed.epoch(epoch)), list(held.epoch(epoch))
+            assert len(got) == len(expected) == len(streamed)
+            for a, b in zip(got, expected, strict=True):
+                _same(a, b)
+
+
+def test_opening_a_set_reads_one_matrix_and_checks_each_archive_once(
+        feature_dir: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[str] = []
+    real_open = open
+
+    def counting_open(path, *args, **kwargs):  # noqa: ANN001, ANN202
+        if str(path).endswith(".ark"):
+            opened.append(Path(path).name)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    source = open_data_dir(feature_dir, _normalizer(feature_dir, "speaker"), tokenizer=tokenizer)
+    # The per-speaker stats are read (cmvn.ark); of the features, only the first matrix.
+    assert opened.count("a.ark") == 1 and opened.count("b.ark") == 0
+    assert isinstance(source, StreamingSource) and source.dim == DIM
+    assert source.arks == [str(feature_dir.parents[1] / "a.ark"), str(feature_dir.parents[1] / "b.ark")]
+
+
+class _Recording(InMemorySource):
+    """An in-memory source that records which utterances its readers read."""
+
+    def __init__(self, source: StreamingSource) -> None:
+        super().__init__(source.read_all())
+        self.read_ids: list[str] = []
+        self.lock = threading.Lock()
+
+    def reader(self) -> UtteranceReader:
+        outer, inner = self, super().reader()
+
+        class Reader(UtteranceReader):
+            def read(self, indices):  # noqa: ANN001, ANN202
+                with outer.lock:
+                    outer.read_ids.extend(outer.ids[i] for i in indices)
+                return inner.read(indices)
+
+        return Reader()
+
+
+@pytest.mark.parametrize("prefetch", [0, 3])
+def test_a_resumed_epoch_reads_no_batch_before_its_position(
+        feature_dir: Path, tokenizer: Tokenizer, prefetch: int) -> None:
+    source = _Recording(open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer))
+    batches = BucketBatches(source, max_frames=50, max_batch=3, seed=2, prefetch=prefetch)
+    plan = [b.tolist() for b in batches.plan(4)]
+    start = 3
+    got = [b.utts for b in batches.epoch(4, start=start)]
+    later = [[source.ids[i] for i in bucket] for bucket in plan[start:]]
+    assert got == later
+    assert sorted(source.read_ids) == sorted(u for bucket in later for u in bucket)
+
+
+def test_leaving_an_epoch_early_stops_the_read_ahead(feature_dir: Path, tokenizer: Tokenizer) -> None:
+    source = _Recording(open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer))
+    batches = BucketBatches(source, max_frames=20, max_batch=1, seed=2, prefetch=2)
+    before = threading.active_count()
+    epoch = batches.epoch(0)
+    next(epoch)
+    epoch.close()
+    assert threading.active_count() == before
+    # The first batch, and at most ``prefetch`` (+1 being read) ahead of it.
+    assert len(source.read_ids) <= 1 + 2 + 1
+
+
+def test_a_read_error_reaches_the_consumer_at_its_batch() -> None:
+    class Failing(UtteranceReader):
+        def read(self, indices):  # noqa: ANN001, ANN202
+            raise AssertionError("unused")
+
+    def make(reader: UtteranceReader, item: object) -> int:
+        if item == 3:
+            raise DataError("feats.scp: utterance 'u3': cannot read features")
+        return int(item)  # type: ignore[call-overload]
+
+    source = InMemorySource([])
+    source.reader = Failing  # type: ignore[method-assign]
+    got = []
+    with pytest.raises(DataError, match="'u3'"), \
+            Prefetcher(iter(range(10)), make, source, depth=2, threads=2) as batches:
+        got.extend(batches)
+    assert got == [0, 1, 2]
+
+
+def test_a_listed_corpus_is_a_valid_data_dir_of_the_same_matrices(
+        feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path) -> None:
+    info = list_corpus(feature_dir, tmp_path / "listed", hours=0.004)  # 14 s: several copies
+    source = open_data_dir(tmp_path / "listed", CmvnNormalizer("none"), tokenizer=tokenizer)
+    original = open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer)
+    assert info["copies"] > 1 and len(source) == info["utterances"] == info["copies"] * len(original)
+    data = read_data_dir(tmp_path / "listed")  # sorted, speaker-prefixed, spk2utt consistent
+    assert data.utt2spk["x0001-s1-u00"] == "x0001-s1"
+    assert source.lengths.sum() == info["frames"]
+    first, copy = original.read_all(), source.reader().read(range(len(original), 2 * len(original)))
+    for a, b in zip(first, copy, strict=True):
+        assert b.utt == "x0001-" + a.utt and np.array_equal(a.feats, b.feats)
+        assert np.array_equal(a.tokens, b.tokens)
+
+
+def test_streamed_and_in_memory_training_give_bitwise_equal_weights(
+        feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path) -> None:
+    normalize = _normalizer(feature_dir, "global")
+    weights = []
+    for name, data in (("stream", open_data_dir(feature_dir, normalize, tokenizer=tokenizer,
+                                                 keep_text=True)),
+                       ("memory", load_utterances(feature_dir, normalize, tokenizer=tokenizer))):
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(size="tiny", dropout=0.2), input_dim=DIM,
+                            num_tokens=tokenizer.num_tokens)
+        trainer = Trainer(model, data, data, tokenizer=tokenizer, exp_dir=tmp_path / name,
+                          cfg=TrainConfig(epochs=2, max_frames=60, max_batch=4, progress=False,
+                                          device="cpu", prefetch=2),
+                          optim=OptimConfig(lr=1e-2), schedule=ScheduleConfig(warmup_steps=2),
+                          specaug=SpecAugConfig(freq_width=2, time_width=3),
+                          meta={"model": model.args}, seed=3)
+        state = trainer.fit()
+        assert state.data_wait_s >= 0 and state.train_s > 0 and state.first_step_time
+        assert state.history[-1]["data_wait_s"] >= 0
+        weights.append((model.state_dict(), state.history))
+    (a, ha), (b, hb) = weights
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [h["loss"] for h in ha] == [h["loss"] for h in hb]
+
+
+def test_max_steps_stops_training_early(feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path) -> None:
+    data = open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer, keep_text=True)
+    model = build_model(ModelConfig(size="tiny"), input_dim=DIM, num_tokens=tokenizer.num_tokens)
+    trainer = Trainer(model, data, data, tokenizer=tokenizer, exp_dir=tmp_path / "exp",
+                      cfg=TrainConfig(epochs=5, max_frames=40, max_batch=2, progress=False,
+                                      device="cpu", max_steps=3),
+                      optim=OptimConfig(), schedule=ScheduleConfig(warmup_steps=0),
+                      specaug=SpecAugConfig(enabled=False), meta={"model": model.args})
+    state = trainer.fit()
+    assert state.step == 3 and state.epoch == 1 and len(state.history) == 1
