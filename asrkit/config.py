@@ -51,6 +51,11 @@ class DataConfig:
             the recipe, not the library).
         num_dev: training utterances held out as ``dev_set``.
         train_set / dev_set / test_sets: data dir names under ``data_root``.
+        import_dirs: Kaldi data dirs prepared elsewhere, by set name (``{train:
+            /egs/swbd/s5c/data/train_nodup, ...}``); when set, stage 1 copies their text
+            files into ``data_root/<name>`` (never writing into them) instead of running the
+            prep script, and stage 0 has nothing to download. Every set of ``train_set``,
+            ``dev_set`` and ``test_sets`` must be listed.
     """
 
     corpus: str = "an4"
@@ -61,6 +66,7 @@ class DataConfig:
     train_set: str = "train"
     dev_set: str = "train_dev"
     test_sets: list[str] = field(default_factory=lambda: ["test"])
+    import_dirs: dict[str, str] = field(default_factory=dict)
 
     @property
     def all_sets(self) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import shutil
 from pathlib import Path
 from types import ModuleType
 
@@ -36,6 +37,9 @@ def load_prep_module(script: str) -> ModuleType:
 @stage(0, "download", "download the corpus unless data.corpus_dir already holds it",
        uses=("data",), shared=True, record=False)
 def download(ctx: StageContext) -> None:
+    if imported(ctx.cfg.data.import_dirs):
+        log.info("data.import_dirs: the sets are existing Kaldi data dirs; nothing to download")
+        return
     prep = load_prep_module(ctx.cfg.data.prep_script)
     corpus_dir = Path(ctx.cfg.data.corpus_dir)
     if prep.corpus_present(corpus_dir):
@@ -54,6 +58,9 @@ def download(ctx: StageContext) -> None:
        uses=("data", "data_root"), needs=(0,), shared=True,
        outputs=lambda ctx: [ctx.data_root / s / "text" for s in ctx.cfg.data.all_sets])
 def prepare(ctx: StageContext) -> None:
+    if imported(ctx.cfg.data.import_dirs):
+        import_data_dirs(imported(ctx.cfg.data.import_dirs), ctx.cfg.data.all_sets, ctx.data_root)
+        return
     prep = load_prep_module(ctx.cfg.data.prep_script)
     corpus_dir = Path(ctx.cfg.data.corpus_dir)
     if not prep.corpus_present(corpus_dir):
@@ -65,3 +72,58 @@ def prepare(ctx: StageContext) -> None:
         data = validate_data_dir(ctx.data_root / name)
         log.info("%s: %d utterances, %d speakers", ctx.data_root / name, len(data.utt_ids),
                  len(data.spk2utt))
+
+
+#: What a data dir prepared elsewhere brings along that this recipe makes itself (features
+#: under its own ``fbank/``): left behind when the dir is imported.
+_FEATURE_FILES = frozenset({"feats.scp", "cmvn.scp", "utt2num_frames", "frame_shift", "feats.yaml",
+                            "cmvn_global.ark"})
+
+
+def imported(dirs: dict[str, str]) -> dict[str, str]:
+    """The sets of ``data.import_dirs`` that name a directory (empty entries are unset)."""
+    return {name: path for name, path in dirs.items() if path}
+
+
+def import_data_dirs(dirs: dict[str, str], sets: list[str], data_root: Path) -> None:
+    """Copy the Kaldi data dirs ``dirs`` (set name -> path) into ``data_root/<name>``.
+
+    Only the text files at the top of each dir are copied (``wav.scp``, ``text``,
+    ``utt2spk``, ``segments``...), features and their stats excepted; the originals are
+    read, never written. Each copy is validated as Kaldi's ``validate_data_dir.sh`` would.
+
+    Raises:
+        ConfigError: a set the recipe uses is not listed.
+        DataError: a listed dir is missing or invalid (naming the file, line and fix).
+    """
+    missing = [name for name in sets if name not in dirs]
+    if missing:
+        raise ConfigError(f"data.import_dirs lists {sorted(dirs)} but the recipe uses the set(s) "
+                          f"{missing} too; add them (data.import_dirs.{missing[0]}=/path/to/dir) "
+                          "or change data.train_set / data.dev_set / data.test_sets")
+    for name in sets:
+        source, target = Path(dirs[name]).expanduser().resolve(), data_root / name
+        if not (source / "wav.scp").is_file():
+            raise DataError(f"data.import_dirs.{name}={dirs[name]}: no wav.scp there; give a Kaldi "
+                            "data dir (e.g. egs/swbd/s5c/data/train_nodup)")
+        if target.resolve() == source:
+            raise ConfigError(f"data.import_dirs.{name}={dirs[name]} is this recipe's own "
+                              f"{target}; import from another directory")
+        staging = target.with_name(f".{name}.importing")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        copied = []
+        for path in sorted(source.iterdir()):
+            if path.is_file() and path.name not in _FEATURE_FILES and not path.name.startswith("."):
+                shutil.copyfile(path, staging / path.name)
+                copied.append(path.name)
+        try:
+            data = validate_data_dir(staging)
+        except DataError as err:
+            shutil.rmtree(staging)
+            raise DataError(f"data.import_dirs.{name}: {str(err).replace(str(staging), str(source))}") \
+                from None
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        log.info("%s: imported from %s (%s): %d utterances, %d speakers", target, source,
+                 " ".join(copied), len(data.utt_ids), len(data.spk2utt))

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Bring your own corpus: train and decode from Kaldi data dirs prepared elsewhere.
+# Usage: recipes/kaldi_dirs/run.sh data.import_dirs.train=DIR data.import_dirs.dev=DIR \
+#          data.import_dirs.test=DIR [--stage N] [--stop-stage M] [hydra overrides ...]
+# The imported dirs are only read; copies, features (fbank/) and experiments (exp/) go to
+# this directory. Walk-through: docs/bring-your-own-corpus.md.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+python=${ASRKIT_PYTHON:-$root/.venv/bin/python}
+[ -x "$python" ] || python=python3
+cd "$here"
+exec "$python" -m asrkit run --config-dir "$root/conf" "$@" data=kaldi
