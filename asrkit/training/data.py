@@ -118,19 +118,26 @@ class CmvnNormalizer:
 
 
 def collate(utts: Sequence[Utterance]) -> Batch:
-    """Pad ``utts`` into a :class:`Batch`."""
-    lengths = torch.tensor([u.feats.shape[0] for u in utts], dtype=torch.long)
-    feats = torch.zeros(len(utts), int(lengths.max()), utts[0].feats.shape[1])
+    """Pad ``utts`` into a :class:`Batch`.
+
+    Built with numpy and handed to torch without a copy: it runs in the data loader's
+    reading threads, where torch operators would compete with training for the cores
+    (see :func:`asrkit.features.cmvn.apply_transform`).
+    """
+    lengths = np.array([u.feats.shape[0] for u in utts], dtype=np.int64)
+    feats = np.zeros((len(utts), int(lengths.max()), utts[0].feats.shape[1]), dtype=np.float32)
     for i, u in enumerate(utts):
-        feats[i, : u.feats.shape[0]] = torch.from_numpy(u.feats)
-    targets = torch.from_numpy(np.concatenate([u.tokens for u in utts]))
-    target_lengths = torch.tensor([u.tokens.size for u in utts], dtype=torch.long)
+        feats[i, : u.feats.shape[0]] = u.feats
+    targets = np.concatenate([u.tokens for u in utts]).astype(np.int64, copy=False)
+    target_lengths = np.array([u.tokens.size for u in utts], dtype=np.int64)
     frame_targets = None
     if all(u.ali is not None for u in utts):
-        frame_targets = torch.full((len(utts), max(u.ali.size for u in utts)), -1, dtype=torch.long)
+        padded = np.full((len(utts), max(u.ali.size for u in utts)), -1, dtype=np.int64)
         for i, u in enumerate(utts):
-            frame_targets[i, : u.ali.size] = torch.from_numpy(u.ali)
-    return Batch([u.utt for u in utts], feats, lengths, targets, target_lengths,
+            padded[i, : u.ali.size] = u.ali
+        frame_targets = torch.from_numpy(padded)
+    return Batch([u.utt for u in utts], torch.from_numpy(feats), torch.from_numpy(lengths),
+                 torch.from_numpy(targets), torch.from_numpy(target_lengths),
                  frame_targets=frame_targets)
 
 

@@ -252,9 +252,12 @@ class _ArkReader(UtteranceReader):
         frame_targets = None
         if src.ali is not None:
             labels = [src.ali[i] for i in idx.tolist()]
-            frame_targets = torch.full((len(idx), max(x.size for x in labels)), -1, dtype=torch.long)
+            padded = np.full((len(idx), max(x.size for x in labels)), -1, dtype=np.int64)
             for k, x in enumerate(labels):
-                frame_targets[k, : x.size] = torch.from_numpy(x.astype(np.int64))
+                padded[k, : x.size] = x
+            frame_targets = torch.from_numpy(padded)
+        # Only numpy work and torch.from_numpy here (no torch operators: see
+        # asrkit.features.cmvn.apply_transform).
         return Batch([src.ids[i] for i in idx.tolist()], torch.from_numpy(feats),
                      torch.from_numpy(lengths.copy()), torch.from_numpy(targets),
                      torch.from_numpy(target_lengths), frame_targets=frame_targets)
