@@ -112,6 +112,14 @@ def _utf8_lines(handle: IO[str], path: Path) -> Iterator[tuple[int, str]]:
         raise
 
 
+def read_frame_shift(data_dir: str | Path) -> float:
+    """A data dir's frame shift in seconds (its ``frame_shift`` file; 10 ms when absent)."""
+    try:
+        return float((Path(data_dir) / "frame_shift").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.01
+
+
 def write_kaldi_map(path: str | Path, entries: dict[str, str]) -> None:
     """Write ``key value`` lines sorted under the C locale, atomically."""
     lines = [f"{key} {entries[key]}".rstrip() + "\n" for key in sorted(entries)]

@@ -13,7 +13,7 @@ import math
 import shutil
 from pathlib import Path
 
-from asrkit.data.datadir import read_kaldi_map
+from asrkit.data.datadir import read_frame_shift, read_kaldi_map
 from asrkit.data.io import atomic_writer
 from asrkit.errors import DataError
 
@@ -42,8 +42,7 @@ def list_corpus(source: str | Path, target: str | Path, *, hours: float) -> dict
     """
     source, target = Path(source), Path(target)
     frames = read_kaldi_map(source / "utt2num_frames")
-    shift = float((source / "frame_shift").read_text().split()[0]) \
-        if (source / "frame_shift").is_file() else 0.01
+    shift = read_frame_shift(source)
     total = sum(int(v) for v in frames.values())
     if total == 0:
         raise DataError(f"{source}/utt2num_frames: no frames to list; run the feature stage")

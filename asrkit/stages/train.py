@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from asrkit.config import AsrkitConfig, settings_hash
+from asrkit.data.datadir import read_frame_shift
 from asrkit.data.io import atomic_write, atomic_writer
 from asrkit.distributed.launch import (
     DistContext,
@@ -123,7 +124,7 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
         log.info("model: %s size, %.2fM parameters; %d train / %d dev utterances (%.1f / %.1f "
                  "hours, %s); strategy %s with %d learner(s)", cfg.model.size,
                  sum(p.numel() for p in model.parameters()) / 1e6, len(train_set), len(dev_set),
-                 _hours(train_set, _frame_shift(train_dir)), _hours(dev_set, _frame_shift(dev_dir)),
+                 _hours(train_set, read_frame_shift(train_dir)), _hours(dev_set, read_frame_shift(dev_dir)),
                  "in memory" if cfg.train.in_memory else
                  f"streamed, {cfg.train.prefetch} batches read ahead",
                  cfg.strategy.name, dctx.world_size)
@@ -223,10 +224,3 @@ def _with_alignments(cfg: AsrkitConfig, exp_dir: Path, data: UtteranceSource, wh
 def _hours(data: UtteranceSource, shift_s: float) -> float:
     return float(data.lengths.sum()) * shift_s / 3600.0
 
-
-def _frame_shift(data_dir: Path) -> float:
-    """The data dir's frame shift in seconds (``frame_shift``; 10 ms when absent)."""
-    try:
-        return float((data_dir / "frame_shift").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0.01

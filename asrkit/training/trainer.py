@@ -237,7 +237,7 @@ class Trainer:
             seconds, waited = self.train_epoch(model, self.batches.epoch(epoch, start=skip),
                                                epoch=epoch, first=skip)
             self.state.epoch = epoch + 1
-            last = self.state.epoch == self.cfg.epochs or self._step_cap_reached()
+            last = self.state.epoch == self.cfg.epochs or self._stop_early()
             if not last:
                 self.hooks.after_epoch(model, self.state)
             else:
@@ -251,6 +251,13 @@ class Trainer:
 
     def _step_cap_reached(self) -> bool:
         return 0 < self.cfg.max_steps <= self.state.step
+
+    def _stop_early(self) -> bool:
+        """``train.max_steps`` ended this epoch's training, for any learner (learners that
+        do not step in lock-step reach it at different times; all must stop together)."""
+        if not self.cfg.max_steps:
+            return False
+        return self.hooks.reduce_sums({"capped": float(self._step_cap_reached())})["capped"] > 0
 
     def train_epoch(self, model: nn.Module, batches: Iterable[Batch], *, epoch: int,
                     first: int = 0) -> tuple[float, float]:
