@@ -144,21 +144,23 @@ def read_matrix_at(handle: IO[bytes], offset: int, *, where: str, utt: str | Non
                     "the feature stage)")
 
 
-def read_float_matrix_at(handle: IO[bytes], offset: int, *, rows: int, cols: int
-                         ) -> np.ndarray | None:
+def read_float_matrix_at(handle: IO[bytes], offset: int, *, rows: int, cols: int,
+                         out: np.ndarray | None = None) -> np.ndarray | None:
     """The binary ``FM`` matrix of ``rows x cols`` at ``offset`` in one header read and one
-    data read, as float32; None when the entry is anything else (another
-    kind, another shape, cut short), for :func:`read_matrix_at` to read or report."""
+    data read, as float32 (read straight into ``out``, a C-contiguous float32 array of that
+    shape, when given); None when the entry is anything else (another kind, another shape,
+    cut short), for :func:`read_matrix_at` to read or report."""
     handle.seek(offset)
     head = handle.read(15)  # \0B "FM " \4 rows \4 cols
     if len(head) != 15 or head[:5] != b"\0BFM " or head[5] != 4 or head[10] != 4:
         return None
     if struct.unpack_from("<i", head, 6)[0] != rows or struct.unpack_from("<i", head, 11)[0] != cols:
         return None
-    data = bytearray(rows * cols * 4)  # writable, filled in place
-    if handle.readinto(data) != len(data):  # type: ignore[attr-defined]
+    if out is None:
+        out = np.empty((rows, cols), dtype="<f4")
+    if handle.readinto(memoryview(out).cast("B")) != rows * cols * 4:  # type: ignore[attr-defined]
         return None
-    return np.frombuffer(data, dtype="<f4").reshape(rows, cols)
+    return out
 
 
 def read_vector(rxfilename: str | Path) -> np.ndarray:

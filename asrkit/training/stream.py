@@ -241,7 +241,10 @@ class _ArkReader(UtteranceReader):
         longest = int(lengths.max())
         feats = np.empty((len(idx), longest, src.dim), dtype=np.float32)
         for k, i in enumerate(idx.tolist()):
-            src.normalize(self._checked(i), self._speaker_stats(i), out=feats[k, :lengths[k]])
+            rows = feats[k, :lengths[k]]
+            # A float matrix is read into its place in the batch and normalised there.
+            mat = self._checked(i, out=rows)
+            src.normalize(mat, self._speaker_stats(i), out=rows)
             feats[k, lengths[k]:] = 0.0  # padding
         if src.tokens is None:
             targets, target_lengths = np.zeros(0, dtype=np.int64), np.zeros(len(idx), np.int64)
@@ -266,13 +269,14 @@ class _ArkReader(UtteranceReader):
         src = self.source
         return src.speaker_stats.get(src.speakers[src.spk_of[i]]) if src.speaker_stats else None
 
-    def _checked(self, i: int) -> np.ndarray:
-        """Utterance ``i``'s matrix, of the frames and dimension the index promises."""
+    def _checked(self, i: int, *, out: np.ndarray | None = None) -> np.ndarray:
+        """Utterance ``i``'s matrix, of the frames and dimension the index promises (a float
+        matrix is read into ``out`` when given)."""
         src = self.source
         rows, ark = int(src.lengths[i]), int(src.ark_of[i])
         if ark >= 0 and ark in self.handles:  # the fast path for float matrices
             mat = read_float_matrix_at(self.handles[ark], int(src.offsets[i]), rows=rows,
-                                       cols=src.dim)
+                                       cols=src.dim, out=out)
             if mat is not None:
                 return mat
         mat = self._matrix(i, src.ids[i])
