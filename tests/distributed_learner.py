@@ -6,6 +6,7 @@ this learner's final weights as ``OUT/rank<R>.pt`` (plus ``OUT/initial.pt`` from
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from asrkit.models import ModelConfig, build_model
 from asrkit.targets import Tokenizer
 from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer
 from asrkit.training.data import Utterance
+from asrkit.training.stream import BucketBatches
 
 DIM = 8
 
@@ -37,7 +39,8 @@ def synthetic_utterances(tokenizer: Tokenizer, count: int = 24, seed: int = 0) -
 
 
 def make_trainer(out: Path, strategy: StrategyConfig, *, lr: float, epochs: int, ctx=None,
-                 resume: str = "false", save_every: int = 0, randomness: bool = False) -> Trainer:
+                 resume: str = "false", save_every: int = 0, randomness: bool = False,
+                 dev: int = 4) -> Trainer:
     """The tiny model on the synthetic set; ``randomness`` adds dropout and SpecAugment (so
     a resumed run must restore the random generators to match)."""
     torch.manual_seed(0)
@@ -47,7 +50,7 @@ def make_trainer(out: Path, strategy: StrategyConfig, *, lr: float, epochs: int,
     model = build_model(model_cfg, input_dim=DIM, num_tokens=tokenizer.num_tokens)
     hooks = build_hooks(strategy, ctx, seed=0) if ctx is not None else None
     specaug = SpecAugConfig(enabled=randomness, freq_width=2, time_width=3)
-    return Trainer(model, utts, utts[:4], tokenizer=tokenizer, exp_dir=out / "exp",
+    return Trainer(model, utts, utts[:dev], tokenizer=tokenizer, exp_dir=out / "exp",
                    cfg=TrainConfig(epochs=epochs, max_frames=300, max_batch=8, progress=False,
                                    device="cpu", clip_grad_norm=1.0, save_every=save_every),
                    optim=OptimConfig(name="sgd", lr=lr, momentum=0.9),
@@ -64,11 +67,13 @@ def main(argv: list[str]) -> int:
     ctx = context_from_env(torch.device("cpu"))
     perturb = float(settings.pop("perturb", "0"))
     metrics = settings.pop("metrics", "0") == "1"
+    check_validation = settings.pop("validation", "0") == "1"
     typed = {k: (v == "true") if isinstance(getattr(StrategyConfig, k), bool)
              else type(getattr(StrategyConfig, k))(v) for k, v in settings.items()}
     strategy = StrategyConfig(name=name, learners=ctx.world_size, timeout_s=60, **typed)
     init_process_group(ctx, timeout_s=strategy.timeout_s)
-    trainer = make_trainer(out, strategy, lr=lr, epochs=epochs, ctx=ctx)
+    trainer = make_trainer(out, strategy, lr=lr, epochs=epochs, ctx=ctx,
+                           dev=24 if check_validation else 4)
     if ctx.rank == 0:
         torch.save(trainer.model.state_dict(), out / "initial.pt")
     if perturb:
@@ -86,6 +91,16 @@ def main(argv: list[str]) -> int:
 
         trainer.hooks.wrap_model = wrap_and_perturb
     trainer.fit()
+    if check_validation:
+        # The sharded dev figures every learner logged, against this learner scoring the
+        # whole dev set alone with the final weights (no collective).
+        batches = BucketBatches(trainer.dev, max_frames=300, max_batch=8, shuffle=False, prefetch=0)
+        alone = trainer.objective.validate(
+            trainer.model.eval(), batches.loader(iter(batches.buckets)), tokenizer=trainer.tokenizer,
+            texts=trainer.dev_texts)
+        sharded = {k: v for k, v in trainer.last_dev.items() if k in alone}
+        (out / f"validation{ctx.rank}.json").write_text(json.dumps(
+            {"sharded": sharded, "alone": alone, "dev_batches": len(batches)}))
     if metrics:
         trainer.hooks.write_metrics(out / "exp")
     torch.save(trainer.model.state_dict(), out / f"rank{ctx.rank}.pt")

@@ -129,7 +129,26 @@ def test_learner_metrics_summary(tmp_path: Path) -> None:
     assert summary["aggregate_samples_per_s"] > 0
     for learner in summary["learners_detail"]:
         assert learner["steps"] > 0 and learner["averagings"] > 0 and learner["comm_wait_s"] >= 0
+        assert learner["data_wait_s"] >= 0 and 0 <= learner["data_wait_fraction"] < 1
 
+
+def test_sharded_validation_equals_one_learner_scoring_the_whole_dev_set(tmp_path: Path) -> None:
+    """SYNC replicas are identical, so the reduced sums of the two shards must give the
+    whole set's figures; every learner gets the same reduced figures."""
+    import json
+
+    _run_learners(tmp_path, 2, "sync", "epochs=1", "validation=1")
+    results = [json.loads((tmp_path / f"validation{r}.json").read_text()) for r in range(2)]
+    for result in results:
+        assert set(result["alone"]) == {"loss", "wer"}
+        assert abs(result["alone"]["loss"] - results[0]["alone"]["loss"]) < 1e-5
+        assert abs(result["alone"]["wer"] - results[0]["alone"]["wer"]) < 1e-9
+    assert results[0]["dev_batches"] >= 3  # both learners scored a share
+    for result in results:  # every learner holds the same reduced figures
+        assert result["sharded"] == results[0]["sharded"]
+        assert abs(result["sharded"]["loss"] - result["alone"]["loss"]) < 1e-4 * max(
+            1.0, abs(result["alone"]["loss"]))
+        assert result["sharded"]["wer"] == result["alone"]["wer"]
 
 def test_recipe_stage_launches_learners_with_torchrun(tmp_path: Path) -> None:
     """`run --stage 4 strategy=... strategy.learners=2` starts torchrun itself."""

@@ -121,10 +121,6 @@ class StrategyHooks(TrainHooks):
         if not self.lockstep:
             self._saves_barrier = dist.barrier(group=self.world_group, async_op=True)
 
-    def paused(self, seconds: float) -> None:
-        """Every learner just waited ``seconds`` for the others (progress estimates that
-        extrapolate with time must leave it out)."""
-
     def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, [list(t) for t in tags], group=self.world_group)
@@ -136,9 +132,7 @@ class StrategyHooks(TrainHooks):
     def reduce_sums(self, sums: dict[str, float]) -> dict[str, float]:
         keys = sorted(sums)
         values = torch.tensor([sums[k] for k in keys], dtype=torch.float64)
-        began = time.monotonic()
         dist.all_reduce(values, group=self.world_group)
-        self.paused(time.monotonic() - began)
         return dict(zip(keys, values.tolist(), strict=True))
 
     def before_step(self, state: TrainState) -> None:

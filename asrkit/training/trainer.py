@@ -90,6 +90,10 @@ class TrainHooks:
         """This learner's batches (a strategy decides how data is sharded)."""
         return BucketBatches(source, seed=seed, **loader_settings(cfg))
 
+    def paused(self, seconds: float) -> None:
+        """Every learner just spent ``seconds`` not training (waiting for the others, or all
+        validating at once): progress estimates that extrapolate with time leave it out."""
+
     def reduce_sums(self, sums: dict[str, float]) -> dict[str, float]:
         """Sum ``sums`` over all learners (a collective among learners): each validates a
         share of the dev set."""
@@ -222,6 +226,7 @@ class Trainer:
         # SpecAugment draws per learner, so learners do not mask their utterances alike.
         self.generator = torch.Generator().manual_seed(seed * 1009 + self.hooks.rank)
         self._writer = None
+        self.last_dev: dict[str, float] = {}
         self.store = ResumeStore(self.exp_dir / "checkpoints" / "resume", self.hooks.rank)
         self.fault = FaultInjection(self.hooks.rank)
 
@@ -322,6 +327,7 @@ class Trainer:
         Every learner scores its share of the dev batches (``rank::world``) with its own
         replica and the sums are added up, so no learner waits while another validates.
         """
+        began = time.monotonic()
         self.model.eval()
         planned = BucketBatches(self.dev, shuffle=False, **loader_settings(self.cfg))
         mine = iter(planned.buckets[self.hooks.rank::self.hooks.world_size])
@@ -329,11 +335,15 @@ class Trainer:
             sums = self.objective.accumulate(
                 self.model, (b.to(self.device) for b in batches), tokenizer=self.tokenizer,
                 texts=self.dev_texts)
-        return self.objective.metrics(self.hooks.reduce_sums(sums))
+        metrics = self.objective.metrics(self.hooks.reduce_sums(sums))
+        # Every learner validated at once: no training progress was made meanwhile.
+        self.hooks.paused(time.monotonic() - began)
+        return metrics
 
     def _end_epoch(self, epoch: int, seconds: float, waited: float) -> None:
         metrics = {"epoch": epoch + 1, **self.validate(), "seconds": seconds,
                    "data_wait_s": round(waited, 3)}
+        self.last_dev = metrics  # every learner holds the reduced dev figures
         if not self.is_main:
             return
         self.state.history.append(metrics)
