@@ -279,7 +279,7 @@ class _ArkReader(UtteranceReader):
                                        cols=src.dim, out=out)
             if mat is not None:
                 return mat
-        mat = self._matrix(i, src.ids[i])
+        mat = self._matrix(i)
         if mat.shape != (rows, src.dim):
             raise DataError(f"{src.scp}: utterance '{src.ids[i]}' at {src.where(i)}: holds a "
                             f"{mat.shape[0]}x{mat.shape[1]} matrix, but utt2num_frames says "
@@ -287,7 +287,7 @@ class _ArkReader(UtteranceReader):
                             "dir is stale — rerun the feature stage")
         return mat
 
-    def _matrix(self, i: int, utt: str) -> np.ndarray:
+    def _matrix(self, i: int) -> np.ndarray:
         src = self.source
         ark = int(src.ark_of[i])
         if ark < 0:
@@ -295,18 +295,24 @@ class _ArkReader(UtteranceReader):
                 return read_matrix(src.others[i])
             except DataError as err:
                 raise _unreadable(src, i, err) from None
+        try:
+            return read_matrix_at(self.handle(i), int(src.offsets[i]), where=src.where(i))
+        except DataError as err:  # names the archive and the offset
+            raise _unreadable(src, i, err) from None
+
+    def handle(self, i: int) -> IO[bytes]:
+        """The open archive of utterance ``i`` (an ``ark:offset`` entry), opened once."""
+        src = self.source
+        ark = int(src.ark_of[i])
         handle = self.handles.get(ark)
         if handle is None:
             path = src.arks[ark]
             try:
                 handle = self.handles[ark] = open(path, "rb")  # noqa: SIM115 (closed in close())
             except OSError as err:
-                raise DataError(f"{src.scp}: utterance '{utt}': cannot open {path} "
+                raise DataError(f"{src.scp}: utterance '{src.ids[i]}': cannot open {path} "
                                 f"({err.strerror}); rerun the feature stage") from None
-        try:
-            return read_matrix_at(handle, int(src.offsets[i]), where=src.where(i))
-        except DataError as err:  # names the archive and the offset
-            raise _unreadable(src, i, err) from None
+        return handle
 
     def close(self) -> None:
         for handle in self.handles.values():
@@ -488,45 +494,32 @@ def _unreadable(source: StreamingSource, i: int, err: DataError) -> DataError:
 
 
 def _header_rows(source: StreamingSource) -> list[int]:
+    """Rows of every matrix, from its header (binary data is skipped, not read)."""
     rows = []
-    with _Handles() as handles:
+    reader = _ArkReader(source)
+    try:
         for i in range(len(source.ids)):
             try:
                 if source.ark_of[i] < 0:
                     rows.append(read_matrix(source.others[i]).shape[0])
                     continue
-                handle = handles.get(source.arks[source.ark_of[i]])
+                handle = reader.handle(i)
                 handle.seek(int(source.offsets[i]))
-                reader = TableReader(handle, source.where(i))
-                with reader.low_level_errors():
-                    rows.append(reader.matrix_rows(None, handle.read(1)))
+                table = TableReader(handle, source.where(i))
+                with table.low_level_errors():
+                    rows.append(table.matrix_rows(None, handle.read(1)))
             except DataError as err:
                 raise _unreadable(source, i, err) from None
+    finally:
+        reader.close()
     return rows
-
-
-class _Handles:
-    def __init__(self) -> None:
-        self.open: dict[str, IO[bytes]] = {}
-
-    def __enter__(self) -> _Handles:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for handle in self.open.values():
-            handle.close()
-
-    def get(self, path: str) -> IO[bytes]:
-        if path not in self.open:
-            self.open[path] = open(path, "rb")  # noqa: SIM115 (closed in __exit__)
-        return self.open[path]
 
 
 def _first_dim(source: StreamingSource, input_dim: int | None) -> int:
     """The feature dimension, from the first matrix (the only one read to open a set)."""
     reader = _ArkReader(source)
     try:
-        mat = reader._matrix(0, source.ids[0])
+        mat = reader._matrix(0)
     finally:
         reader.close()
     if input_dim is not None and mat.shape[1] != input_dim:
