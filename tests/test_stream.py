@@ -103,6 +103,28 @@ def test_streamed_batches_equal_in_memory_batches(feature_dir: Path, tokenizer: 
                 _same(a, b)
 
 
+@pytest.mark.parametrize("mode", ["global", "speaker", "none"])
+def test_a_batch_of_float_matrices_is_read_in_one_pass_and_equals_the_general_path(
+        feature_dir: Path, tokenizer: Tokenizer, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    normalize = _normalizer(feature_dir, mode)
+    stream = open_data_dir(feature_dir, normalize, tokenizer=tokenizer, input_dim=DIM)
+    plain = [i for i in range(len(stream)) if stream.ark_of[i] == 0]  # a.ark holds FM matrices
+    compressed = [i for i in range(len(stream)) if stream.ark_of[i] == 1]
+    memory = InMemorySource(load_utterances(feature_dir, normalize, tokenizer=tokenizer))
+    expected = memory.reader().read_batch(plain)
+
+    def no_general_path(self, i, *, out=None):  # noqa: ANN001, ANN202
+        raise AssertionError(f"utterance {i} took the per-utterance path")
+
+    monkeypatch.setattr("asrkit.training.stream._ArkReader._checked", no_general_path)
+    reader = stream.reader()
+    _same(reader.read_batch(plain), expected)
+    # A compressed matrix in the batch sends it through the per-utterance path.
+    with pytest.raises(AssertionError, match="per-utterance path"):
+        reader.read_batch(plain[:2] + compressed[:1])
+    reader.close()
+
+
 def test_opening_a_set_reads_one_matrix_and_checks_each_archive_once(
         feature_dir: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[str] = []
@@ -235,3 +257,14 @@ def test_max_steps_stops_training_early(feature_dir: Path, tokenizer: Tokenizer,
                       specaug=SpecAugConfig(enabled=False), meta={"model": model.args})
     state = trainer.fit()
     assert state.step == 3 and state.epoch == 1 and len(state.history) == 1
+
+
+@pytest.mark.skipif(not Path("/lib/x86_64-linux-gnu/libc.so.6").exists()
+                    and not Path("/usr/lib/x86_64-linux-gnu/libc.so.6").exists(),
+                    reason="glibc's mallopt only")
+def test_training_processes_keep_freed_memory_for_reuse() -> None:
+    from asrkit.training import allocator
+
+    # glibc accepts both settings (mallopt returns 1); a second call changes nothing.
+    assert allocator.retain_freed_memory() is True
+    assert allocator.retain_freed_memory() is True

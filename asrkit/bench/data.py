@@ -34,6 +34,7 @@ from asrkit.data.listed import list_corpus
 from asrkit.errors import DataError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.targets.tokenizer import TokenizerConfig, train_tokenizer
+from asrkit.training.allocator import retain_freed_memory
 from asrkit.training.data import CmvnNormalizer
 from asrkit.training.stream import BucketBatches, open_data_dir
 from asrkit.training.trainer import loader_settings
@@ -127,20 +128,15 @@ def _loader_rate(data_dir: Path, tokenizer_dir: Path, *, seconds: float) -> dict
     from asrkit.targets.tokenizer import Tokenizer
 
     cfg = to_object(compose([])).train  # the recipe's (demo's) batch and read-ahead settings
+    retain_freed_memory()  # as every training process does (asrkit.training.allocator)
     normalize = CmvnNormalizer("global", global_stats=read_cmvn(data_dir / "cmvn_global.ark"))
     source = open_data_dir(data_dir, normalize, tokenizer=Tokenizer(tokenizer_dir))
-    batches = BucketBatches(source, seed=1, **loader_settings(cfg))
-    for _ in zip(range(50), batches.epoch(0), strict=False):
-        pass  # warm the page cache and the allocator
-    frames, began = 0, time.monotonic()
-    epoch = 1
-    while time.monotonic() - began < seconds:
-        for batch in batches.epoch(epoch):
-            frames += batch.frames
-            if time.monotonic() - began >= seconds:
-                break
-        epoch += 1
-    loader_rate = frames / (time.monotonic() - began)
+    settings = loader_settings(cfg)
+    loader_rate = _read_rate(BucketBatches(source, seed=1, **settings), seconds)
+    # For reference: the same batches read in the consumer's thread (no read-ahead), which
+    # saves the thread switch per batch that the read-ahead costs when nothing else runs.
+    in_consumer = _read_rate(BucketBatches(source, seed=1, **{**settings, "prefetch": 0}),
+                             seconds / 2)
     # The same arks read front to back, each matrix parsed (best of three passes).
     best = float("inf")
     seq_frames = 0
@@ -150,7 +146,24 @@ def _loader_rate(data_dir: Path, tokenizer_dir: Path, *, seconds: float) -> dict
             for _, mat in read_matrices(f"ark:{ark}"):
                 seq_frames += mat.shape[0]
         best = min(best, time.monotonic() - began)
-    return {"loader_frames_per_s": round(loader_rate), "loader_frames": frames,
+    return {"loader_frames_per_s": round(loader_rate),
+            "loader_in_consumer_thread_frames_per_s": round(in_consumer),
             "sequential_frames_per_s": round(seq_frames / best), "sequential_frames": seq_frames,
             "prefetch": cfg.prefetch, "threads": cfg.loader_threads,
             "max_frames": cfg.max_frames, "max_batch": cfg.max_batch}
+
+
+def _read_rate(batches: BucketBatches, seconds: float) -> float:
+    """Frames/s delivered by ``batches`` over epochs 1, 2, ... for ``seconds`` (epoch 0's
+    first 50 batches warm the page cache and the allocator)."""
+    for _ in zip(range(50), batches.epoch(0), strict=False):
+        pass
+    frames, began = 0, time.monotonic()
+    epoch = 1
+    while time.monotonic() - began < seconds:
+        for batch in batches.epoch(epoch):
+            frames += batch.frames
+            if time.monotonic() - began >= seconds:
+                break
+        epoch += 1
+    return frames / (time.monotonic() - began)

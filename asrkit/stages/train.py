@@ -37,6 +37,7 @@ from asrkit.models.lstm import build_model, model_args
 from asrkit.stages.registry import StageContext, stage, stage_settings
 from asrkit.targets.alignments import check_alignments, read_alignments
 from asrkit.targets.tokenizer import Tokenizer
+from asrkit.training.allocator import retain_freed_memory
 from asrkit.training.checkpoint import (
     average_checkpoints,
     init_from,
@@ -77,6 +78,7 @@ def train(ctx: StageContext) -> None:
 
 def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: DistContext) -> None:
     """Train as learner ``dctx.rank``; the main learner writes the outputs."""
+    retain_freed_memory()  # batches reuse freed pages (asrkit.training.allocator)
     if dctx.world_size > 1:
         check_world(cfg.strategy, dctx)
         torch.set_num_threads(cfg.strategy.threads_per_learner)

@@ -99,6 +99,12 @@ class CmvnNormalizer:
         self._global = None if global_stats is None else \
             cmvn_transform(global_stats, norm_vars=norm_vars)
 
+    def global_transform(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ``(scale, offset)`` of ``global`` normalisation (``feats * scale + offset``)."""
+        if self._global is None:
+            raise ConfigError(f"features.cmvn={self.mode!r} has no global transform")
+        return self._global
+
     def __call__(self, feats: np.ndarray, speaker_stats: np.ndarray | None = None, *,
                  out: np.ndarray | None = None) -> np.ndarray:
         """``feats`` ``(T, D)`` normalised, as float32 (written into ``out`` when given)."""

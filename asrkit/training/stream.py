@@ -36,7 +36,7 @@ import torch
 from asrkit.data.datadir import iter_kaldi_map, read_kaldi_map
 from asrkit.data.kaldi_table import TableReader, read_float_matrix_at, read_matrix, read_matrix_at
 from asrkit.errors import ConfigError, DataError
-from asrkit.features.cmvn import read_cmvn
+from asrkit.features.cmvn import apply_transform, read_cmvn
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.data import Batch, CmvnNormalizer, Utterance, collate, plan_buckets
 
@@ -233,19 +233,22 @@ class _ArkReader(UtteranceReader):
         return Utterance(utt, feats, tokens, src.text.get(utt, "") if src.text else "", ali)
 
     def read_batch(self, indices: Sequence[int]) -> Batch:
-        # Each matrix is normalised straight into the padded batch (no per-utterance copy);
-        # the result equals collate(read(indices)).
+        # Float matrices are read straight into the padded batch, one system call each, and
+        # normalised there; anything else is read utterance by utterance. Either way the
+        # result equals collate(read(indices)).
         src = self.source
         idx = np.asarray(indices, dtype=np.int64)
         lengths = src.lengths[idx]
         longest = int(lengths.max())
         feats = np.empty((len(idx), longest, src.dim), dtype=np.float32)
-        for k, i in enumerate(idx.tolist()):
-            rows = feats[k, :lengths[k]]
-            # A float matrix is read into its place in the batch and normalised there.
-            mat = self._checked(i, out=rows)
-            src.normalize(mat, self._speaker_stats(i), out=rows)
-            feats[k, lengths[k]:] = 0.0  # padding
+        if self._read_floats(idx, lengths, feats):
+            self._normalize_batch(idx, lengths, feats)
+        else:
+            for k, i in enumerate(idx.tolist()):
+                rows = feats[k, :lengths[k]]
+                mat = self._checked(i, out=rows)
+                src.normalize(mat, self._speaker_stats(i), out=rows)
+                feats[k, lengths[k]:] = 0.0  # padding
         if src.tokens is None:
             targets, target_lengths = np.zeros(0, dtype=np.int64), np.zeros(len(idx), np.int64)
         else:
@@ -264,6 +267,45 @@ class _ArkReader(UtteranceReader):
         return Batch([src.ids[i] for i in idx.tolist()], torch.from_numpy(feats),
                      torch.from_numpy(lengths.copy()), torch.from_numpy(targets),
                      torch.from_numpy(target_lengths), frame_targets=frame_targets)
+
+    def _read_floats(self, idx: np.ndarray, lengths: np.ndarray, feats: np.ndarray) -> bool:
+        """Read every utterance of ``idx`` into its rows of ``feats`` ``(B, T, D)`` with one
+        ``preadv`` (header and data) each, when all are ``FM`` matrices of the promised
+        shape at archive offsets; False when any is not (the caller then reads them one by
+        one, through the checks that name what is wrong)."""
+        src = self.source
+        arks = src.ark_of[idx]
+        if arks.min() < 0:
+            return False
+        heads = np.empty((len(idx), 15), dtype=np.uint8)
+        want = 15 + lengths * (src.dim * 4)
+        for k, (i, ark, n, offset) in enumerate(zip(
+                idx.tolist(), arks.tolist(), lengths.tolist(), src.offsets[idx].tolist(),
+                strict=True)):
+            handle = self.handles.get(ark) or self.handle(i)
+            if os.preadv(handle.fileno(), [heads[k], feats[k, :n]], offset) != want[k]:
+                return False
+        # Each header must be \0B "FM " \4 rows \4 dim (little-endian int32s).
+        expected = np.empty_like(heads)
+        expected[:, :6] = np.frombuffer(b"\0BFM \4", dtype=np.uint8)
+        expected[:, 6:10] = lengths.astype("<i4").view(np.uint8).reshape(-1, 4)
+        expected[:, 10] = 4
+        expected[:, 11:] = np.frombuffer(np.int32(src.dim).astype("<i4").tobytes(), np.uint8)
+        return bool(np.array_equal(heads, expected))
+
+    def _normalize_batch(self, idx: np.ndarray, lengths: np.ndarray, feats: np.ndarray) -> None:
+        """Normalise the rows of ``feats`` read by :meth:`_read_floats` and zero the padding."""
+        src = self.source
+        norm = src.normalize
+        if norm.mode == "global":  # one transform for the whole batch (padding is zeroed next)
+            apply_transform(feats, *norm.global_transform(), out=feats)
+        elif norm.mode == "speaker":
+            for k, i in enumerate(idx.tolist()):
+                rows = feats[k, :lengths[k]]
+                norm(rows, self._speaker_stats(i), out=rows)
+        for k, n in enumerate(lengths.tolist()):
+            if n < feats.shape[1]:
+                feats[k, n:] = 0.0
 
     def _speaker_stats(self, i: int) -> np.ndarray | None:
         src = self.source
