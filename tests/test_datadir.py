@@ -77,3 +77,10 @@ def test_read_kaldi_map_allows_empty_values_only_when_asked(tmp_path: Path) -> N
 def test_validate_data_cli_ok(data_dir: Path) -> None:
     result = run_cli("validate-data", str(data_dir))
     assert result.returncode == 0 and "OK (4 utterances, 2 speakers" in result.stdout
+
+
+def test_a_tab_separates_the_key_as_a_space_does(tmp_path: Path) -> None:
+    # Kaldi splits a line at its first space or TAB; data dirs prepared elsewhere use both.
+    path = tmp_path / "text"
+    path.write_text("u1\tWE CALL IT\tBEAR\nu2 HELLO  WORLD\nu3\t \tTWO\n")
+    assert read_kaldi_map(path) == {"u1": "WE CALL IT\tBEAR", "u2": "HELLO  WORLD", "u3": "TWO"}

@@ -157,3 +157,23 @@ def test_levenshtein_gives_the_minimum_error_count() -> None:
     empty_ref_ins = sum(len(h) for r, h in zip(refs, hyps, strict=True) if not r)
     assert ours.errors == out.substitutions + out.deletions + out.insertions + empty_ref_ins
     assert ours.errors <= score_texts(ref, hyp).words.errors
+
+
+def test_per_group_table_sums_the_speakers_of_each_group(tmp_path: Path) -> None:
+    ref = tmp_path / "ref"
+    ref.write_text("a-1 ONE TWO\na-2 THREE\nb-1 FOUR FIVE SIX\nc-1 SEVEN\n")
+    hyp = tmp_path / "hyp"
+    hyp.write_text("a-1 ONE\na-2 THREE\nb-1 FOUR FIVE SIX\nc-1 ELEVEN EIGHT\n")
+    groups = tmp_path / "spk2group"
+    groups.write_text("a child\nb adult\nc child\n")
+    result = score_files(ref, hyp, out_dir=tmp_path / "scoring", spk2group=groups)
+    assert result.words.errors == 3
+    rows = {line.split()[0]: line.split() for line in
+            (tmp_path / "scoring" / "per_group").read_text().splitlines()[2:]}
+    # GROUP #spk #utts #words corr sub del ins err WER%
+    assert rows["child"] == ["child", "2", "3", "4", "2", "1", "1", "1", "3", "75.00"]
+    assert rows["adult"] == ["adult", "1", "1", "3", "3", "0", "0", "0", "0", "0.00"]
+    assert rows["SUM"][1:4] == ["3", "4", "7"] and rows["SUM"][-1] == "42.86"
+    groups.write_text("a child\nb adult\n")  # speaker c has no group
+    with pytest.raises(DataError, match="no group for speaker 'c'"):
+        score_files(ref, hyp, out_dir=tmp_path / "scoring2", spk2group=groups)

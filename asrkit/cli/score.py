@@ -20,10 +20,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("hyp", help="hypothesis Kaldi text")
     parser.add_argument("--out-dir", help="also write wer, ref.trn, hyp.trn, per_utt, per_spk here")
     parser.add_argument("--align", choices=("sclite", "levenshtein"), default="sclite")
+    parser.add_argument("--spk2group", help="a 'speaker group' file (e.g. a data dir's spk2group: "
+                        "child/teen/adult); with --out-dir, also write a per_group table")
     parser.set_defaults(func=_score)
 
 
 def _score(args: argparse.Namespace) -> int:
-    result = score_files(args.ref, args.hyp, out_dir=args.out_dir, align=args.align)
+    result = score_files(args.ref, args.hyp, out_dir=args.out_dir, align=args.align,
+                         spk2group=args.spk2group)
     print(summary(result), end="")
     return 0

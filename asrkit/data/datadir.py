@@ -73,7 +73,8 @@ def iter_kaldi_map(
             line = line.rstrip("\n")
             if not line.strip():
                 raise DataError(f"{path}:{lineno}: empty line; remove it")
-            key, _, value = line.strip().partition(" ")
+            # Kaldi splits the key off at the first space or TAB (SplitStringOnFirstSpace).
+            key, value = (line.split(maxsplit=1) + [""])[:2]
             value = value.strip()
             if not value and not allow_empty_value:
                 raise DataError(

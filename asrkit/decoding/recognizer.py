@@ -138,7 +138,10 @@ def write_and_score(hyp: dict[str, str], data_dir: str | Path, out_dir: str | Pa
     write_kaldi_map(out_dir / "hyp", hyp)
     if not (data_dir / "text").is_file():
         return None
-    return score_files(data_dir / "text", out_dir / "hyp", out_dir=out_dir / "scoring").words.kaldi_line()
+    # A data dir's spk2group (e.g. speechocean762's child/teen/adult) adds a per_group table.
+    groups = data_dir / "spk2group"
+    return score_files(data_dir / "text", out_dir / "hyp", out_dir=out_dir / "scoring",
+                       spk2group=groups if groups.is_file() else None).words.kaldi_line()
 
 
 def check_exp_dir(exp_dir: str | Path, model: str = "model.pt") -> None:

@@ -146,6 +146,36 @@ def _per_spk(result: ScoreResult) -> str:
     return "\n".join(rows) + "\n"
 
 
+def per_group(result: ScoreResult, spk2group: dict[str, str]) -> dict[str, tuple[int, ErrorCounts]]:
+    """``group -> (speakers, summed counts)`` of the scored speakers, grouped by
+    ``spk2group`` (a data dir's ``spk2group``: e.g. ``child``/``adult``).
+
+    Raises:
+        DataError: a scored speaker has no group.
+    """
+    missing = [spk for spk in result.per_spk if spk not in spk2group]
+    if missing:
+        raise DataError(f"spk2group: no group for speaker '{missing[0]}' ({len(missing)} "
+                        "speaker(s) in all); add them or remove spk2group")
+    groups: dict[str, tuple[int, ErrorCounts]] = {}
+    for spk, counts in result.per_spk.items():
+        n, total = groups.get(spk2group[spk], (0, ErrorCounts()))
+        total.add(counts)
+        groups[spk2group[spk]] = (n + 1, total)
+    return dict(sorted(groups.items()))
+
+
+def _per_group(groups: dict[str, tuple[int, ErrorCounts]], total: ErrorCounts) -> str:
+    header = (f"{'GROUP':<12} {'#spk':>5} {'#utts':>6} {'#words':>7} {'corr':>6} {'sub':>5} "
+              f"{'del':>5} {'ins':>5} {'err':>5} {'WER%':>7}")
+    rows = [header, "-" * len(header)]
+    speakers = sum(n for n, _ in groups.values())
+    for group, (n, c) in [*groups.items(), ("SUM", (speakers, total))]:
+        rows.append(f"{group:<12} {n:>5} {c.sentences:>6} {c.ref_words:>7} {c.corr:>6} "
+                    f"{c.sub:>5} {c.dele:>5} {c.ins:>5} {c.errors:>5} {c.wer:>7.2f}")
+    return "\n".join(rows) + "\n"
+
+
 def summary(result: ScoreResult) -> str:
     """The ``%WER``, ``%CER`` and ``%SER`` lines."""
     w = result.words
@@ -154,21 +184,28 @@ def summary(result: ScoreResult) -> str:
             f"%SER {ser:.2f} [ {w.sentence_errors} / {w.sentences} ]\n")
 
 
-def write_scoring_dir(result: ScoreResult, out_dir: str | Path) -> None:
-    """Write ``wer``, ``ref.trn``, ``hyp.trn``, ``per_utt`` and ``per_spk`` atomically."""
+def write_scoring_dir(result: ScoreResult, out_dir: str | Path, *,
+                      spk2group: dict[str, str] | None = None) -> None:
+    """Write ``wer``, ``ref.trn``, ``hyp.trn``, ``per_utt`` and ``per_spk`` atomically, and
+    ``per_group`` when ``spk2group`` is given."""
     out_dir = Path(out_dir)
+    groups = per_group(result, spk2group) if spk2group is not None else None
     atomic_write(out_dir / "ref.trn", _trn(result.ref))
     atomic_write(out_dir / "hyp.trn", _trn(result.hyp))
     atomic_write(out_dir / "per_utt", _per_utt(result))
     atomic_write(out_dir / "per_spk", _per_spk(result))
+    if groups is not None:
+        atomic_write(out_dir / "per_group", _per_group(groups, result.words))
     atomic_write(out_dir / "wer", summary(result))
 
 
 def score_files(ref_path: str | Path, hyp_path: str | Path, *, out_dir: str | Path | None = None,
-                align: str = "sclite") -> ScoreResult:
-    """Score two Kaldi text files; with ``out_dir``, also write the scoring dir."""
+                align: str = "sclite", spk2group: str | Path | None = None) -> ScoreResult:
+    """Score two Kaldi text files; with ``out_dir``, also write the scoring dir (with a
+    ``per_group`` table when a ``spk2group`` file is given)."""
     result = score_texts(read_text(ref_path), read_text(hyp_path), align=align,
                          hyp_name=str(hyp_path))
     if out_dir is not None:
-        write_scoring_dir(result, out_dir)
+        groups = read_kaldi_map(spk2group) if spk2group is not None else None
+        write_scoring_dir(result, out_dir, spk2group=groups)
     return result

@@ -30,7 +30,7 @@ def load_prep_module(script: str) -> ModuleType:
         if not hasattr(module, name):
             raise ConfigError(f"{path}: defines no {name}(); a prep script needs "
                               "corpus_present(corpus_dir) and prepare(corpus_dir, data_root, "
-                              "*, num_dev)")
+                              "*, num_dev, train_set, dev_set, test_sets)")
     return module
 
 
@@ -54,7 +54,7 @@ def download(ctx: StageContext) -> None:
                         f"the {ctx.cfg.data.corpus} corpus; check data.url")
 
 
-@stage(1, "data", "write Kaldi data dirs (train, train_dev, test) and validate them",
+@stage(1, "data", "write Kaldi data dirs (the train, dev and test sets) and validate them",
        uses=("data", "data_root"), needs=(0,), shared=True,
        outputs=lambda ctx: [ctx.data_root / s / "text" for s in ctx.cfg.data.all_sets])
 def prepare(ctx: StageContext) -> None:
@@ -67,7 +67,8 @@ def prepare(ctx: StageContext) -> None:
         raise DataError(f"{corpus_dir}: no {ctx.cfg.data.corpus} corpus here; run stage 0 to "
                         "download it or set data.corpus_dir")
     prep.prepare(corpus_dir, ctx.data_root, num_dev=ctx.cfg.data.num_dev,
-                 train_set=ctx.cfg.data.train_set, dev_set=ctx.cfg.data.dev_set)
+                 train_set=ctx.cfg.data.train_set, dev_set=ctx.cfg.data.dev_set,
+                 test_sets=list(ctx.cfg.data.test_sets))
     for name in ctx.cfg.data.all_sets:
         data = validate_data_dir(ctx.data_root / name)
         log.info("%s: %d utterances, %d speakers", ctx.data_root / name, len(data.utt_ids),

@@ -20,6 +20,7 @@ from asrkit.decoding.recognizer import Recognizer, check_exp_dir, write_and_scor
 from asrkit.errors import ConfigError, DataError
 from asrkit.scoring import score_texts
 from asrkit.scoring.wer import read_text
+from asrkit.stages.data import load_prep_module
 from asrkit.stages.registry import StageContext, stage
 from asrkit.training.trainer import pick_device
 
@@ -36,6 +37,25 @@ def resolve_sets(ctx: StageContext, entries: list[str]) -> list[tuple[str, Path]
         else:
             out.append((entry, ctx.data_root / entry))
     return out
+
+
+def prepared_set(ctx: StageContext, name: str, path: Path) -> Path:
+    """The data dir to decode for a ``decode.sets`` entry: a dir given by path goes through
+    the recipe's ``prepare_set(source, target)`` when its prep script has one (a corpus
+    whose dirs need fixing, e.g. speechocean762's TAB-separated files and relative audio
+    paths), into ``data_root/<name>``; otherwise it is decoded as it is."""
+    if path == ctx.data_root / name or not ctx.cfg.data.prep_script:
+        return path
+    prep = load_prep_module(ctx.cfg.data.prep_script)
+    if not hasattr(prep, "prepare_set"):
+        return path
+    if not path.is_dir():
+        raise DataError(f"decode.sets: {path} is not a directory; give a data dir laid out like "
+                        f"the {ctx.cfg.data.corpus} release's")
+    target = ctx.data_root / name
+    prep.prepare_set(path, target)
+    log.info("%s: prepared from %s by %s", target, path, ctx.cfg.data.prep_script)
+    return target
 
 
 def stage_recognizer(ctx: StageContext, model: str) -> Recognizer:
@@ -75,7 +95,7 @@ def decode(ctx: StageContext) -> None:
         log.info("stage 5 skipped: %s has Kaldi pdf-id classes; use stage 7's log-likelihoods",
                  ctx.exp_dir / cfg.model)
         return
-    targets = decode_targets(ctx)
+    targets = [(name, prepared_set(ctx, name, path)) for name, path in decode_targets(ctx)]
     posteriors = {}
     for name, data_dir in targets:
         posteriors[name] = recognizer.posteriors(recognizer.data_dir_utterances(data_dir))

@@ -4,10 +4,5 @@
 #          data.import_dirs.test=DIR [--stage N] [--stop-stage M] [hydra overrides ...]
 # The imported dirs are only read; copies, features (fbank/) and experiments (exp/) go to
 # this directory. Walk-through: docs/bring-your-own-corpus.md.
-set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/../.." && pwd)
-python=${ASRKIT_PYTHON:-$root/.venv/bin/python}
-[ -x "$python" ] || python=python3
-cd "$here"
-exec "$python" -m asrkit run --config-dir "$root/conf" "$@" data=kaldi
+exec "$here/../lib/run_stages.sh" "$here" "$@" data=kaldi

@@ -87,9 +87,15 @@ def _read_set(corpus_dir: Path, stem: str) -> DataDir:
 
 
 def prepare(corpus_dir: Path, data_root: Path, *, num_dev: int, train_set: str = "train",
-            dev_set: str = "train_dev") -> None:
-    """Write ``data_root/{train_set,dev_set,test}`` from the corpus."""
+            dev_set: str = "train_dev", test_sets: tuple[str, ...] | list[str] = ("test",)) -> None:
+    """Write ``data_root/{train_set,dev_set}`` and, when ``test_sets`` names it, ``test``
+    from the corpus."""
     corpus_dir, data_root = Path(corpus_dir), Path(data_root)
+    unknown = [name for name in test_sets if name != "test"]
+    if unknown:
+        raise DataError(f"data.test_sets={list(test_sets)}: AN4 has one test set, 'test' "
+                        f"('{unknown[0]}' is not one); decode other data dirs with "
+                        "decode.sets=[/path/to/dir]")
     full_train = _read_set(corpus_dir, _SETS["train"])
     if not 0 < num_dev < len(full_train.utt_ids):
         raise DataError(f"data.num_dev={num_dev} must be between 1 and "
@@ -97,4 +103,5 @@ def prepare(corpus_dir: Path, data_root: Path, *, num_dev: int, train_set: str =
     held_out = full_train.utt_ids[:num_dev]
     write_data_dir(data_root / dev_set, full_train.subset(held_out))
     write_data_dir(data_root / train_set, full_train.subset(full_train.utt_ids[num_dev:]))
-    write_data_dir(data_root / "test", _read_set(corpus_dir, _SETS["test"]))
+    if "test" in test_sets:
+        write_data_dir(data_root / "test", _read_set(corpus_dir, _SETS["test"]))
