@@ -49,13 +49,16 @@ class DataConfig:
         prep_script: the recipe's Python file defining ``corpus_present(dir)`` and
             ``prepare(corpus_dir, data_root, *, num_dev)`` (corpus parsing stays in
             the recipe, not the library).
-        num_dev: training utterances held out as ``dev_set``.
+        num_dev: how much of the training data is held out as ``dev_set``, in the unit
+            the recipe's prep script says (AN4: utterances; speechocean762: speakers).
         train_set / dev_set / test_sets: data dir names under ``data_root``.
         import_dirs: Kaldi data dirs prepared elsewhere, by set name (``{train:
             /egs/swbd/s5c/data/train_nodup, ...}``); when set, stage 1 copies their text
             files into ``data_root/<name>`` (never writing into them) instead of running the
             prep script, and stage 0 has nothing to download. Every set of ``train_set``,
             ``dev_set`` and ``test_sets`` must be listed.
+        lexicon: the corpus's pronunciation lexicon, when it has one (``tokenizer=phone``
+            and ``lm.extra_words`` can use it).
     """
 
     corpus: str = "an4"
@@ -67,6 +70,7 @@ class DataConfig:
     dev_set: str = "train_dev"
     test_sets: list[str] = field(default_factory=lambda: ["test"])
     import_dirs: dict[str, str] = field(default_factory=dict)
+    lexicon: str = ""
 
     @property
     def all_sets(self) -> list[str]:

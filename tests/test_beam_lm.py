@@ -38,7 +38,7 @@ def _emissions(tokenizer: Tokenizer, text: str, rng: np.random.Generator, *, noi
 
 
 def test_lexicon_spells_words_in_units(tmp_path: Path, tokenizer: Tokenizer) -> None:
-    assert spell(tokenizer, "THREE") == ["T", "H", "R", "E", "E", "\u2581"]
+    assert spell(tokenizer, "THREE") == [["T", "H", "R", "E", "E", "\u2581"]]
     count = write_lexicon(tmp_path / "lexicon.txt", ["TWO", "GO", "<unk>", "TWO"], tokenizer)
     assert count == 2
     assert (tmp_path / "lexicon.txt").read_text() == "GO G O \u2581\nTWO T W O \u2581\n"

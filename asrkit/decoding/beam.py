@@ -33,26 +33,32 @@ BOUNDARY = "\u2581"
 UNK_WORD = "<unk>"
 
 
-def spell(tokenizer: Tokenizer, word: str) -> list[str]:
-    """``word`` in the tokenizer's units as the lexicon spells it: without a leading
-    stand-alone boundary piece, ending with the boundary."""
-    units = tokenizer.units()
-    pieces = [units[i] for i in tokenizer.encode(word)]
-    if pieces and pieces[0] == BOUNDARY:
-        pieces = pieces[1:]
-    if not pieces or "<unk>" in pieces:
-        raise ConfigError(f"word {word!r} cannot be spelled with the tokenizer's units "
-                          f"({pieces}); the lexicon needs words made of known characters")
-    return [*pieces, BOUNDARY]
+def spell(tokenizer: Tokenizer, word: str) -> list[list[str]]:
+    """``word``'s spellings in the tokenizer's units as the lexicon lists them: without a
+    leading stand-alone boundary piece, each ending with the boundary (a phone tokenizer
+    gives one per pronunciation)."""
+    spellings = []
+    for pieces in tokenizer.spellings(word):
+        if pieces and pieces[0] == BOUNDARY:
+            pieces = pieces[1:]
+        if not pieces or "<unk>" in pieces:
+            raise ConfigError(f"word {word!r} cannot be spelled with the tokenizer's units "
+                              f"({pieces}); the lexicon needs words made of known characters")
+        spellings.append([*pieces, BOUNDARY])
+    if not spellings:
+        raise ConfigError(f"word {word!r} has no pronunciation in the tokenizer's lexicon "
+                          f"({tokenizer.model_dir}); add it to tokenizer.lexicon")
+    return spellings
 
 
 def write_lexicon(path: str | Path, words: Iterable[str], tokenizer: Tokenizer) -> int:
-    """Write a flashlight/Kaldi-style lexicon (``WORD u1 u2 ...`` per line); returns the
-    number of words. ``<unk>`` and ``<s>``/``</s>`` are left out (the LM has them)."""
-    lines = [f"{w} {' '.join(spell(tokenizer, w))}\n"
-             for w in sorted(set(words)) if w not in (UNK_WORD, "<s>", "</s>")]
+    """Write a flashlight/Kaldi-style lexicon (``WORD u1 u2 ...`` per line, a word on one
+    line per spelling); returns the number of words. ``<unk>`` and ``<s>``/``</s>`` are
+    left out (the LM has them)."""
+    kept = [w for w in sorted(set(words)) if w not in (UNK_WORD, "<s>", "</s>")]
+    lines = [f"{w} {' '.join(units)}\n" for w in kept for units in spell(tokenizer, w)]
     atomic_write(path, "".join(lines))
-    return len(lines)
+    return len(kept)
 
 
 class BeamSearch:

@@ -18,12 +18,18 @@ class LMConfig:
         sets: data dirs whose transcripts train the LM (empty = the training set). The
             recipe's dev and test sets are refused: their text must never reach the LM.
         extra_text: optional text file (one sentence per line, no ids) added to the LM data.
+        extra_words: optional file whose first column lists more words the decoder may
+            output (a word list, or a pronunciation lexicon such as a corpus's CMU-style
+            dictionary): words absent from the LM text are scored with its ``<unk>``
+            probability. Its words must be spellable in the tokenizer's units (with
+            ``tokenizer=phone``, in its lexicon).
     """
 
     order: int = 3
     discounts: list[list[float]] = field(default_factory=list)
     sets: list[str] = field(default_factory=list)
     extra_text: str = ""
+    extra_words: str = ""
 
     def check(self) -> None:
         if self.order < 2:

@@ -48,13 +48,27 @@ def lang(ctx: StageContext) -> None:
         sentences += [line.split() for line in lines if line.split()]
     lang_dir = ctx.exp_dir / "lang"
     words = {w for s in sentences for w in s}
-    count = write_lexicon(lang_dir / "lexicon.txt", words, tokenizer)
+    extra = read_word_list(cfg.extra_words) - words if cfg.extra_words else set()
+    count = write_lexicon(lang_dir / "lexicon.txt", words | extra, tokenizer)
+    if extra:
+        log.info("lexicon: %d more words from lm.extra_words=%s (not in the LM text: scored "
+                 "as <unk>)", len(extra), cfg.extra_words)
     lm = estimate_kneser_ney(sentences, order=cfg.order, discounts=cfg.discounts or None)
     write_arpa(lm, lang_dir / "lm.arpa")
     dev = read_data_dir(ctx.data_root / ctx.cfg.data.dev_set).text or {}
     log.info("lexicon: %d words; %d-gram LM: %s; dev perplexity %.2f, OOV rate %.2f%%", count,
              cfg.order, lang_dir / "lm.arpa", *perplexity(lm, [t.split() for t in dev.values()],
                                                             words))
+
+
+def read_word_list(path: str | Path) -> set[str]:
+    """The first column of each non-empty line of ``path`` (a word list or a lexicon)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: cannot read lm.extra_words ({err}); give a word list or a "
+                        "lexicon (WORD ... per line)") from None
+    return {line.split()[0] for line in lines if line.split()}
 
 
 def perplexity(lm: NGramLM, sentences: list[list[str]], vocabulary: set[str]) -> tuple[float, float]:

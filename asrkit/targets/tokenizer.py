@@ -1,10 +1,11 @@
-"""Sentencepiece tokenizers (char, unigram, bpe) for CTC output units.
+"""Tokenizers for CTC output units: sentencepiece (char, unigram, bpe) or lexicon phones.
 
 Token ids used by the models are sentencepiece ids shifted by one: id 0 is the
 CTC blank. A trained tokenizer is a directory holding ``sp.model``,
 ``units.txt`` (Kaldi-style ``unit id`` lines, ``<blank> 0`` first) and
 ``words.txt`` (the training vocabulary, one word per line, sorted), so a
-Kaldi user can read the output inventory without sentencepiece.
+Kaldi user can read the output inventory without sentencepiece. A phone tokenizer's
+directory holds ``lexicon.txt`` instead of ``sp.model`` (:mod:`asrkit.targets.phones`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import sentencepiece as spm
 
 from asrkit.data.io import atomic_write
 from asrkit.errors import ConfigError, DataError
+from asrkit.targets.phones import LEXICON, PhoneUnits, train_phone_units
 
 log = logging.getLogger(__name__)
 
 BLANK = "<blank>"
-KINDS = ("char", "unigram", "bpe")
+KINDS = ("char", "unigram", "bpe", "phone")
 
 
 @dataclass
@@ -34,25 +36,35 @@ class TokenizerConfig:
     """Settings of the ``tokenizer`` config group.
 
     Attributes:
-        kind: ``char``, ``unigram`` or ``bpe`` (sentencepiece model types).
+        kind: ``char``, ``unigram`` or ``bpe`` (sentencepiece model types), or ``phone``
+            (the phones of ``lexicon``).
         vocab_size: pieces for unigram/bpe (ignored for char, which takes every
             character of the training text).
         character_coverage: fraction of characters the model must cover.
+        lexicon: for ``phone``: a Kaldi/CMU lexicon (``WORD p1 p2 ...``) covering the
+            training words; its words are also the ones the decoder can spell.
+        keep_stress: for ``phone``: keep CMU stress digits (``AH0`` and ``AH1`` differ).
     """
 
     kind: str = "char"
     vocab_size: int = 100
     character_coverage: float = 1.0
+    lexicon: str = ""
+    keep_stress: bool = False
 
     def check(self) -> None:
         if self.kind not in KINDS:
             raise ConfigError(f"tokenizer.kind={self.kind!r} is unknown; choose one of {list(KINDS)}")
-        if self.kind != "char" and self.vocab_size < 4:
+        if self.kind == "phone" and not self.lexicon:
+            raise ConfigError("tokenizer=phone needs tokenizer.lexicon=/path/to/lexicon.txt "
+                              "(WORD phone phone ... per line)")
+        if self.kind in ("unigram", "bpe") and self.vocab_size < 4:
             raise ConfigError(f"tokenizer.vocab_size={self.vocab_size} is too small; use at least 4")
 
 
 class Tokenizer:
-    """A trained sentencepiece model with the CTC blank at id 0.
+    """A trained tokenizer with the CTC blank at id 0: a sentencepiece model, or the phone
+    units of a lexicon (:class:`~asrkit.targets.phones.PhoneUnits`).
 
     Args:
         model_dir: a directory written by :func:`train_tokenizer`.
@@ -60,28 +72,57 @@ class Tokenizer:
 
     def __init__(self, model_dir: str | Path) -> None:
         self.model_dir = Path(model_dir)
+        self._phones: PhoneUnits | None = None
+        if (self.model_dir / LEXICON).is_file():
+            self._phones = PhoneUnits(self.model_dir)
+            return
         path = self.model_dir / "sp.model"
         if not path.is_file():
             raise DataError(f"{path}: tokenizer model not found; run the tokenizer stage first")
         self._sp = spm.SentencePieceProcessor(model_file=str(path))
 
     @property
+    def kind(self) -> str:
+        """``phone`` or ``sentencepiece``."""
+        return "sentencepiece" if self._phones is None else "phone"
+
+    @property
     def num_tokens(self) -> int:
         """Output units, not counting the blank."""
+        if self._phones is not None:
+            return self._phones.num_tokens
         return self._sp.get_piece_size()
 
     def units(self) -> list[str]:
         """Unit strings by model id (index 0 is the blank)."""
+        if self._phones is not None:
+            return self._phones.units()
         return [BLANK, *(self._sp.id_to_piece(i) for i in range(self.num_tokens))]
 
     def encode(self, text: str) -> list[int]:
         """Model ids (1-based; 0 is blank) of a transcript."""
+        if self._phones is not None:
+            return self._phones.encode(text)
         return [i + 1 for i in self._sp.encode(text)]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Transcript of model ids; blanks (0) are skipped."""
+        if self._phones is not None:
+            return self._phones.decode(ids)
         text = self._sp.decode([int(i) - 1 for i in ids if int(i) > 0])
         return " ".join(text.split())  # one space between words, as in Kaldi text files
+
+    def spellings(self, word: str) -> list[list[str]]:
+        """``word`` in model units: every pronunciation of a phone tokenizer (none when the
+        lexicon lacks the word), or the one sentencepiece segmentation."""
+        if self._phones is not None:
+            return self._phones.spellings(word)
+        units = self.units()
+        return [[units[i] for i in self.encode(word)]]
+
+    def lexicon_words(self) -> list[str]:
+        """The words a phone tokenizer's lexicon can spell (empty for sentencepiece)."""
+        return sorted(self._phones.prons) if self._phones is not None else []
 
 
 def train_tokenizer(texts: dict[str, str], out_dir: str | Path, cfg: TokenizerConfig, *,
@@ -97,6 +138,15 @@ def train_tokenizer(texts: dict[str, str], out_dir: str | Path, cfg: TokenizerCo
     cfg.check()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.kind == "phone":
+        for stale in ("sp.model", "sp.vocab"):
+            (out_dir / stale).unlink(missing_ok=True)
+        train_phone_units(texts, out_dir, lexicon=cfg.lexicon, keep_stress=cfg.keep_stress)
+        tokenizer = Tokenizer(out_dir)
+        log.info("tokenizer (phone): %d units + blank from %s, %d training words",
+                 tokenizer.num_tokens, cfg.lexicon, len(read_words(out_dir)))
+        return tokenizer
+    (out_dir / LEXICON).unlink(missing_ok=True)  # a phone tokenizer's, replaced
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".sp.") as tmp:
         corpus = Path(tmp) / "text"
         corpus.write_text("".join(f"{line}\n" for line in texts.values()), encoding="utf-8")
@@ -127,3 +177,8 @@ def train_tokenizer(texts: dict[str, str], out_dir: str | Path, cfg: TokenizerCo
     log.info("tokenizer (%s): %d units + blank, %d training words", cfg.kind,
              tokenizer.num_tokens, len(words))
     return tokenizer
+
+
+def read_words(model_dir: str | Path) -> list[str]:
+    """The training vocabulary a tokenizer directory lists (``words.txt``)."""
+    return (Path(model_dir) / "words.txt").read_text(encoding="utf-8").split()
