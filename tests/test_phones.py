@@ -47,7 +47,7 @@ def test_pronunciations_lose_stress_and_keep_alternatives(lexicon: Path) -> None
 def test_a_transcript_is_encoded_as_phones_and_decoded_back_to_words(tmp_path: Path, lexicon: Path) -> None:
     tok = _train(tmp_path, lexicon, {"u1": "A CAT SAT", "u2": "TO A CAT", "u3": "TO"})
     assert tok.kind == "phone"
-    assert tok.units() == ["<blank>", "\u2581", "AE", "AH", "EY", "K", "S", "T", "UW"]
+    assert tok.units() == ["<blank>", "\u2581", "<unk>", "AE", "AH", "EY", "K", "S", "T", "UW"]
     ids = tok.encode("A CAT")
     assert [tok.units()[i] for i in ids] == ["\u2581", "AH", "\u2581", "K", "AE", "T"]
     assert tok.decode(ids) == "A CAT"
@@ -56,7 +56,10 @@ def test_a_transcript_is_encoded_as_phones_and_decoded_back_to_words(tmp_path: P
     assert tok.decode([0, *tok.encode("TWO SAT"), 0]) == "TO SAT"
     u = {unit: i for i, unit in enumerate(tok.units())}
     assert tok.decode([u["\u2581"], u["K"], u["UW"]]) == "<unk>"
-    assert Tokenizer(tmp_path / "tok").num_tokens == 8  # reloaded from its directory
+    assert Tokenizer(tmp_path / "tok").num_tokens == 9  # reloaded from its directory
+    # A word the lexicon lacks (a dev word) is the <unk> unit, as Kaldi's spoken noise.
+    assert [tok.units()[i] for i in tok.encode("A DOG")] == ["\u2581", "AH", "\u2581", "<unk>"]
+    assert tok.decode(tok.encode("A DOG")) == "A <unk>"
 
 
 def test_the_decoding_lexicon_lists_every_pronunciation(tmp_path: Path, lexicon: Path) -> None:

@@ -4,7 +4,10 @@ A transcript becomes the phones of its words, each word preceded by the word-bou
 unit ``▁`` — the layout of a sentencepiece char model, so beam search spells and decodes
 phone models the way it does character ones. Training uses each word's first listed
 pronunciation; the decoding lexicon lists every pronunciation (Kaldi-style alternatives).
-Stress digits of CMU phones (``AH0``/``AH1``) are dropped unless asked for.
+Stress digits of CMU phones (``AH0``/``AH1``) are dropped unless asked for. A word
+without a pronunciation (a dev word the training lexicon lacks) is encoded as the unit
+``<unk>``, as Kaldi maps out-of-vocabulary words to a spoken-noise phone; every training
+word must have a pronunciation.
 
 A trained phone tokenizer is a directory holding ``lexicon.txt`` (every word of the
 source lexicon with its pronunciations in the model's units, the file that marks the
@@ -27,6 +30,7 @@ from asrkit.data.io import atomic_write
 from asrkit.errors import ConfigError, DataError
 
 BOUNDARY = "\u2581"
+UNK = "<unk>"
 LEXICON = "lexicon.txt"
 _STRESS = re.compile(r"(?<=[A-Z])[012]$")
 _ALTERNATIVE = re.compile(r"\(\d+\)$")  # CMU Sphinx marks alternatives WORD(2)
@@ -47,8 +51,9 @@ def read_pronunciations(path: str | Path, *, keep_stress: bool = False) -> dict[
         if not phones:
             raise DataError(f"{path}:{lineno}: word '{word}' has no phones; give its "
                             "pronunciation or remove the line")
-        if BOUNDARY in phones:
-            raise DataError(f"{path}:{lineno}: word '{word}' uses the reserved unit {BOUNDARY!r}")
+        if BOUNDARY in phones or UNK in phones:
+            raise DataError(f"{path}:{lineno}: word '{word}' uses a reserved unit "
+                            f"({BOUNDARY!r} or {UNK})")
         alternatives = prons.setdefault(word, [])
         if phones not in alternatives:
             alternatives.append(phones)
@@ -91,19 +96,13 @@ class PhoneUnits:
         return list(self._units)
 
     def encode(self, text: str) -> list[int]:
-        """``▁`` and the first pronunciation of each word, as model ids.
-
-        Raises:
-            DataError: a word the lexicon does not have.
-        """
+        """``▁`` and the first pronunciation of each word (``<unk>`` for a word the lexicon
+        lacks), as model ids."""
         ids: list[int] = []
         for word in text.split():
             prons = self.prons.get(word)
-            if not prons:
-                raise DataError(f"word '{word}' is not in {self.model_dir / LEXICON}; add its "
-                                "pronunciation to tokenizer.lexicon")
             ids.append(self._ids[BOUNDARY])
-            ids += [self._ids[p] for p in prons[0]]
+            ids += [self._ids[p] for p in prons[0]] if prons else [self._ids[UNK]]
         return ids
 
     def spellings(self, word: str) -> list[list[str]]:
@@ -120,12 +119,12 @@ class PhoneUnits:
                 continue
             if unit == BOUNDARY:
                 if group:
-                    words.append(self._word_of.get(tuple(group), "<unk>"))
+                    words.append(self._word_of.get(tuple(group), UNK))
                 group = []
             else:
                 group.append(unit)
         if group:
-            words.append(self._word_of.get(tuple(group), "<unk>"))
+            words.append(self._word_of.get(tuple(group), UNK))
         return " ".join(words)
 
 
@@ -150,7 +149,7 @@ def train_phone_units(texts: dict[str, str], out_dir: str | Path, *, lexicon: st
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / "units.txt", "".join(
-        f"{unit} {i}\n" for i, unit in enumerate(["<blank>", BOUNDARY, *phones])))
+        f"{unit} {i}\n" for i, unit in enumerate(["<blank>", BOUNDARY, UNK, *phones])))
     atomic_write(out_dir / "words.txt", "".join(f"{w}\n" for w in sorted(counts)))
     atomic_write(out_dir / "word_counts.txt", "".join(f"{w} {c}\n" for w, c in sorted(counts.items())))
     # Written last: its presence marks a complete phone tokenizer directory.
