@@ -147,3 +147,15 @@ def test_a_change_upstream_reruns_the_stages_that_need_it() -> None:
     assert "features" in stage_settings(5) and "decode" in stage_settings(5)
     assert "decode" not in stage_settings(4) and "align" not in stage_settings(3)
     assert "model" in stage_settings(7) and "tokenizer" in stage_settings(4)
+
+
+def test_overrides_may_follow_options(capsys: pytest.CaptureFixture[str]) -> None:
+    # Recipes' run.sh append their own override after the user's arguments, which may end
+    # with an option: `run.sh train.epochs=3 --force` + `+experiment=...`.
+    from asrkit.cli.main import main
+
+    assert main(["run", "train.epochs=3", "--cfg", "model=tiny", "optim.lr=0.5"]) == 0
+    printed = capsys.readouterr().out
+    assert "epochs: 3" in printed and "size: tiny" in printed and "lr: 0.5" in printed
+    with pytest.raises(SystemExit):
+        main(["run", "a=1", "--cfg", "--no-such-option"])
