@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from asrkit.data.io import atomic_write
-from asrkit.errors import ConfigError
+from asrkit.errors import ConfigError, DataError
 from asrkit.targets.tokenizer import BLANK, Tokenizer
 
 #: The sentencepiece word-boundary piece, used as the decoder's word separator.
@@ -59,6 +59,17 @@ def write_lexicon(path: str | Path, words: Iterable[str], tokenizer: Tokenizer) 
     lines = [f"{w} {' '.join(units)}\n" for w in kept for units in spell(tokenizer, w)]
     atomic_write(path, "".join(lines))
     return len(kept)
+
+
+def lexicon_words(path: str | Path) -> set[str]:
+    """The words of a lexicon or word list: the first column of each non-empty line (a
+    word is listed once per spelling)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: cannot read the word list ({err}); give a word list or a "
+                        "lexicon (WORD ... per line)") from None
+    return {line.split()[0] for line in lines if line.split()}
 
 
 class BeamSearch:

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from asrkit.data.io import atomic_write
-from asrkit.decoding.beam import BeamSearch
+from asrkit.decoding.beam import BeamSearch, lexicon_words
 from asrkit.decoding.recognizer import Recognizer, check_exp_dir, write_and_score
 from asrkit.errors import ConfigError, DataError
 from asrkit.scoring import score_texts
@@ -119,7 +119,7 @@ def decode(ctx: StageContext) -> None:
     search = BeamSearch(recognizer.tokenizer, lexicon=lexicon, lm=lm, beam_size=cfg.beam_size,
                         beam_threshold=cfg.beam_threshold, lm_weight=chosen[0],
                         word_score=chosen[1])
-    known = set(read_text(lexicon)) if lexicon else None
+    known = lexicon_words(lexicon) if lexicon else None
     for name, data_dir in targets:
         out_dir = ctx.exp_dir / f"decode_{cfg.method}_{name}"
         if known is not None and (data_dir / "text").is_file():

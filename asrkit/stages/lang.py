@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from asrkit.data.datadir import read_data_dir
-from asrkit.decoding.beam import write_lexicon
+from asrkit.decoding.beam import lexicon_words, write_lexicon
 from asrkit.errors import DataError
 from asrkit.lm.ngram import EOS, NGramLM, estimate_kneser_ney, write_arpa
 from asrkit.stages.decode import resolve_sets
@@ -48,7 +48,7 @@ def lang(ctx: StageContext) -> None:
         sentences += [line.split() for line in lines if line.split()]
     lang_dir = ctx.exp_dir / "lang"
     words = {w for s in sentences for w in s}
-    extra = read_word_list(cfg.extra_words) - words if cfg.extra_words else set()
+    extra = lexicon_words(cfg.extra_words) - words if cfg.extra_words else set()
     count = write_lexicon(lang_dir / "lexicon.txt", words | extra, tokenizer)
     if extra:
         log.info("lexicon: %d more words from lm.extra_words=%s (not in the LM text: scored "
@@ -59,16 +59,6 @@ def lang(ctx: StageContext) -> None:
     log.info("lexicon: %d words; %d-gram LM: %s; dev perplexity %.2f, OOV rate %.2f%%", count,
              cfg.order, lang_dir / "lm.arpa", *perplexity(lm, [t.split() for t in dev.values()],
                                                             words))
-
-
-def read_word_list(path: str | Path) -> set[str]:
-    """The first column of each non-empty line of ``path`` (a word list or a lexicon)."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: cannot read lm.extra_words ({err}); give a word list or a "
-                        "lexicon (WORD ... per line)") from None
-    return {line.split()[0] for line in lines if line.split()}
 
 
 def perplexity(lm: NGramLM, sentences: list[list[str]], vocabulary: set[str]) -> tuple[float, float]:
