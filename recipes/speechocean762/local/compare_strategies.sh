@@ -17,7 +17,7 @@ for strategy in sync adpsgd; do
   # The tokenizer, lexicon and LM of the recipe's run are shared: copied, not rebuilt.
   cp -r "exp/$base/tokenizer" "exp/$base/lang" "exp/$name/"
   ./run.sh --stage 4 --stop-stage 4 name="$name" strategy="$strategy" strategy.learners=2 \
-    train.epochs="$epochs" train.progress=false "$@" > "exp/$name.log" 2>&1
+    train.epochs="$epochs" train.average_last=0 train.progress=false "$@" > "exp/$name.log" 2>&1
 done
 "$python" - <<'PY'
 import json
