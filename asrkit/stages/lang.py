@@ -24,7 +24,7 @@ from asrkit.targets.tokenizer import train_tokenizer
 log = logging.getLogger(__name__)
 
 
-@stage(3, "lang", "tokenizer (char/unigram/bpe), lexicon and Kneser-Ney word n-gram LM from the "
+@stage(3, "lang", "tokenizer (char/unigram/bpe/phone), lexicon and Kneser-Ney word n-gram LM from the "
        "training transcripts", uses=("tokenizer", "lm"), needs=(1,),
        outputs=lambda ctx: [ctx.exp_dir / "tokenizer" / "units.txt", ctx.exp_dir / "lang" / "lm.arpa"])
 def lang(ctx: StageContext) -> None:
