@@ -120,10 +120,6 @@ class Tokenizer:
         units = self.units()
         return [[units[i] for i in self.encode(word)]]
 
-    def lexicon_words(self) -> list[str]:
-        """The words a phone tokenizer's lexicon can spell (empty for sentencepiece)."""
-        return sorted(self._phones.prons) if self._phones is not None else []
-
 
 def train_tokenizer(texts: dict[str, str], out_dir: str | Path, cfg: TokenizerConfig, *,
                     seed: int = 1) -> Tokenizer:
@@ -144,7 +140,7 @@ def train_tokenizer(texts: dict[str, str], out_dir: str | Path, cfg: TokenizerCo
         train_phone_units(texts, out_dir, lexicon=cfg.lexicon, keep_stress=cfg.keep_stress)
         tokenizer = Tokenizer(out_dir)
         log.info("tokenizer (phone): %d units + blank from %s, %d training words",
-                 tokenizer.num_tokens, cfg.lexicon, len(read_words(out_dir)))
+                 tokenizer.num_tokens, cfg.lexicon, len({w for t in texts.values() for w in t.split()}))
         return tokenizer
     (out_dir / LEXICON).unlink(missing_ok=True)  # a phone tokenizer's, replaced
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".sp.") as tmp:
@@ -178,7 +174,3 @@ def train_tokenizer(texts: dict[str, str], out_dir: str | Path, cfg: TokenizerCo
              tokenizer.num_tokens, len(words))
     return tokenizer
 
-
-def read_words(model_dir: str | Path) -> list[str]:
-    """The training vocabulary a tokenizer directory lists (``words.txt``)."""
-    return (Path(model_dir) / "words.txt").read_text(encoding="utf-8").split()

@@ -274,16 +274,13 @@ class _ArkReader(UtteranceReader):
         shape at archive offsets; False when any is not (the caller then reads them one by
         one, through the checks that name what is wrong)."""
         src = self.source
-        arks = src.ark_of[idx]
-        if arks.min() < 0:
+        if src.ark_of[idx].min() < 0:  # an entry that is not an archive offset
             return False
         heads = np.empty((len(idx), 15), dtype=np.uint8)
         want = 15 + lengths * (src.dim * 4)
-        for k, (i, ark, n, offset) in enumerate(zip(
-                idx.tolist(), arks.tolist(), lengths.tolist(), src.offsets[idx].tolist(),
-                strict=True)):
-            handle = self.handles.get(ark) or self.handle(i)
-            if os.preadv(handle.fileno(), [heads[k], feats[k, :n]], offset) != want[k]:
+        for k, (i, n, offset) in enumerate(zip(idx.tolist(), lengths.tolist(),
+                                               src.offsets[idx].tolist(), strict=True)):
+            if os.preadv(self.handle(i).fileno(), [heads[k], feats[k, :n]], offset) != want[k]:
                 return False
         # Each header must be \0B "FM " \4 rows \4 dim (little-endian int32s).
         expected = np.empty_like(heads)
