@@ -3,6 +3,9 @@ equality with the in-memory path, resume without reading earlier batches, listed
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import threading
 from pathlib import Path
 
@@ -17,11 +20,11 @@ from asrkit.features.cmvn import cmvn_stats
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
 from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer
-from asrkit.training.data import Batch, CmvnNormalizer
+from asrkit.training.data import Batch, CmvnNormalizer, Utterance
+from asrkit.training.prefetch import Prefetcher, can_fork
 from asrkit.training.stream import (
     BucketBatches,
     InMemorySource,
-    Prefetcher,
     StreamingSource,
     UtteranceReader,
     load_utterances,
@@ -84,23 +87,28 @@ def _same(a: Batch, b: Batch) -> None:
 
 
 @pytest.mark.parametrize("mode", ["global", "speaker", "none"])
-@pytest.mark.parametrize(("prefetch", "threads"), [(0, 1), (2, 1), (3, 2)])
+@pytest.mark.parametrize(("prefetch", "workers", "loader"),
+                         [(0, 1, "thread"), (2, 1, "thread"), (3, 2, "thread"), (2, 1, "process"),
+                          (3, 2, "process")])
 def test_streamed_batches_equal_in_memory_batches(feature_dir: Path, tokenizer: Tokenizer,
-                                                  mode: str, prefetch: int, threads: int) -> None:
+                                                  mode: str, prefetch: int, workers: int,
+                                                  loader: str) -> None:
     normalize = _normalizer(feature_dir, mode)
     stream = open_data_dir(feature_dir, normalize, tokenizer=tokenizer, input_dim=DIM)
     memory = InMemorySource(load_utterances(feature_dir, normalize, tokenizer=tokenizer))
     assert stream.ids == memory.ids and stream.lengths.tolist() == memory.lengths.tolist()
     for rank, world in ((0, 1), (1, 2)):
         settings = {"max_frames": 60, "max_batch": 4, "seed": 5, "rank": rank, "world": world}
-        streamed = BucketBatches(stream, prefetch=prefetch, threads=threads, **settings)
         held = BucketBatches(memory, prefetch=0, **settings)
-        assert [b.tolist() for b in streamed.buckets] == [b.tolist() for b in held.buckets]
-        for epoch in (0, 1):
-            got, expected = list(streamed.epoch(epoch)), list(held.epoch(epoch))
-            assert len(got) == len(expected) == len(streamed)
-            for a, b in zip(got, expected, strict=True):
-                _same(a, b)
+        with BucketBatches(stream, prefetch=prefetch, workers=workers, loader=loader,
+                           **settings) as streamed:
+            assert [b.tolist() for b in streamed.buckets] == [b.tolist() for b in held.buckets]
+            for epoch in (0, 1):
+                got, expected = list(streamed.epoch(epoch)), list(held.epoch(epoch))
+                assert len(got) == len(expected) == len(streamed)
+                for a, b in zip(got, expected, strict=True):
+                    _same(a, b)
+        assert multiprocessing.active_children() == []
 
 
 @pytest.mark.parametrize("mode", ["global", "speaker", "none"])
@@ -144,41 +152,53 @@ def test_opening_a_set_reads_one_matrix_and_checks_each_archive_once(
 
 
 class _Recording(InMemorySource):
-    """An in-memory source that records which utterances its readers read."""
+    """An in-memory source that records which utterances its readers read, in a file (a
+    reader may run in a forked worker process)."""
 
-    def __init__(self, source: StreamingSource) -> None:
+    def __init__(self, source: StreamingSource, log: Path) -> None:
         super().__init__(source.read_all())
-        self.read_ids: list[str] = []
-        self.lock = threading.Lock()
+        self.log = log
+        log.write_text("")
+
+    @property
+    def read_ids(self) -> list[str]:
+        return self.log.read_text().split()
 
     def reader(self) -> UtteranceReader:
         outer, inner = self, super().reader()
 
         class Reader(UtteranceReader):
+            source = outer
+
             def read(self, indices):  # noqa: ANN001, ANN202
-                with outer.lock:
-                    outer.read_ids.extend(outer.ids[i] for i in indices)
+                with open(outer.log, "a") as log:  # one append per batch: atomic
+                    log.write("".join(f"{outer.ids[i]}\n" for i in indices))
                 return inner.read(indices)
 
         return Reader()
 
 
-@pytest.mark.parametrize("prefetch", [0, 3])
+@pytest.mark.parametrize(("prefetch", "loader"), [(0, "thread"), (3, "thread"), (3, "process")])
 def test_a_resumed_epoch_reads_no_batch_before_its_position(
-        feature_dir: Path, tokenizer: Tokenizer, prefetch: int) -> None:
-    source = _Recording(open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer))
-    batches = BucketBatches(source, max_frames=50, max_batch=3, seed=2, prefetch=prefetch)
-    plan = [b.tolist() for b in batches.plan(4)]
-    start = 3
-    got = [b.utts for b in batches.epoch(4, start=start)]
+        feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path, prefetch: int, loader: str) -> None:
+    source = _Recording(open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer),
+                        tmp_path / "read.log")
+    with BucketBatches(source, max_frames=50, max_batch=3, seed=2, prefetch=prefetch,
+                       loader=loader) as batches:
+        plan = [b.tolist() for b in batches.plan(4)]
+        start = 3
+        got = [b.utts for b in batches.epoch(4, start=start)]
     later = [[source.ids[i] for i in bucket] for bucket in plan[start:]]
     assert got == later
     assert sorted(source.read_ids) == sorted(u for bucket in later for u in bucket)
 
 
-def test_leaving_an_epoch_early_stops_the_read_ahead(feature_dir: Path, tokenizer: Tokenizer) -> None:
-    source = _Recording(open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer))
-    batches = BucketBatches(source, max_frames=20, max_batch=1, seed=2, prefetch=2)
+@pytest.mark.parametrize("loader", ["thread", "process"])
+def test_leaving_an_epoch_early_stops_the_read_ahead(feature_dir: Path, tokenizer: Tokenizer,
+                                                     tmp_path: Path, loader: str) -> None:
+    source = _Recording(open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer),
+                        tmp_path / "read.log")
+    batches = BucketBatches(source, max_frames=20, max_batch=1, seed=2, prefetch=2, loader=loader)
     before = threading.active_count()
     epoch = batches.epoch(0)
     next(epoch)
@@ -186,6 +206,11 @@ def test_leaving_an_epoch_early_stops_the_read_ahead(feature_dir: Path, tokenize
     assert threading.active_count() == before
     # The first batch, and at most ``prefetch`` (+1 being read) ahead of it.
     assert len(source.read_ids) <= 1 + 2 + 1
+    # Worker processes outlive an epoch (they are forked once); the next epoch, started
+    # after one was left, is read whole; closing stops them.
+    assert len(list(batches.epoch(1))) == len(batches)
+    batches.close()
+    assert multiprocessing.active_children() == []
 
 
 def test_a_read_error_reaches_the_consumer_at_its_batch() -> None:
@@ -205,6 +230,65 @@ def test_a_read_error_reaches_the_consumer_at_its_batch() -> None:
             Prefetcher(iter(range(10)), make, source, depth=2, threads=2) as batches:
         got.extend(batches)
     assert got == [0, 1, 2]
+
+
+def _tiny_source(utts: int = 10) -> InMemorySource:
+    rng = np.random.default_rng(0)
+    return InMemorySource([Utterance(f"u{k}", rng.standard_normal((5 + k, DIM)).astype(np.float32),
+                                     np.array([1, 2], dtype=np.int64)) for k in range(utts)])
+
+
+@pytest.mark.parametrize("loader", ["thread", "process"])
+def test_a_worker_read_error_reaches_the_consumer_at_its_batch(loader: str) -> None:
+    source = _tiny_source()
+    inner_reader = source.reader
+
+    class Failing(UtteranceReader):
+        def __init__(self) -> None:
+            self.source, self.inner = source, inner_reader()
+
+        def read(self, indices):  # noqa: ANN001, ANN202
+            if any(source.ids[i] == "u3" for i in indices):
+                raise DataError("feats.scp: utterance 'u3' at a.ark:1234: cannot read features")
+            return self.inner.read(indices)
+
+    source.reader = Failing  # type: ignore[method-assign]
+    got: list[str] = []
+    with BucketBatches(source, max_frames=1000, max_batch=1, shuffle=False, prefetch=3,
+                       workers=2, loader=loader) as batches:
+        with pytest.raises(DataError, match="'u3' at a.ark:1234") as caught:
+            got.extend(b.utts[0] for b in batches.epoch(0))
+        assert not getattr(caught.value, "__notes__", [])  # a user error stays one line
+        # Longest first: u9 .. u4 came before u3, in order; nothing after it was delivered.
+        assert got == [f"u{k}" for k in range(9, 3, -1)]
+        # The next epoch starts afresh (and fails at the same batch).
+        with pytest.raises(DataError, match="'u3'"):
+            list(batches.epoch(1))
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.skipif(not can_fork(), reason="worker processes need fork")
+def test_a_dead_reading_worker_stops_the_consumer_instead_of_hanging() -> None:
+    source = _tiny_source()
+    inner_reader = source.reader
+
+    class Dying(UtteranceReader):
+        def __init__(self) -> None:
+            self.source, self.inner = source, inner_reader()
+
+        def read(self, indices):  # noqa: ANN001, ANN202
+            if any(source.ids[i] == "u5" for i in indices):
+                os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
+            return self.inner.read(indices)
+
+    source.reader = Dying  # type: ignore[method-assign]
+    got: list[str] = []
+    with BucketBatches(source, max_frames=1000, max_batch=1, shuffle=False, prefetch=2,
+                       loader="process") as batches, \
+            pytest.raises(RuntimeError, match=r"worker process \d+ ended \(signal 9\) before batch 4"):
+        got.extend(b.utts[0] for b in batches.epoch(0))
+    assert got == ["u9", "u8", "u7", "u6"]
+    assert multiprocessing.active_children() == []
 
 
 def test_a_listed_corpus_is_a_valid_data_dir_of_the_same_matrices(

@@ -23,6 +23,7 @@ averaged into one model (consensus) before anything is saved.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import random
@@ -242,7 +243,7 @@ class ProgressBatches(BucketBatches):
         goal = (epoch + 1) * self.total
         if self.progress() >= goal:
             return
-        with self.loader(self.plan(epoch)) as batches:
+        with contextlib.closing(super().epoch(epoch)) as batches:  # stops its read-ahead
             for batch in batches:
                 if self.progress() >= goal:
                     return

@@ -6,7 +6,8 @@ Public API:
     - :func:`open_data_dir` (a data dir streamed from its feature archives),
       :func:`load_utterances` (read into memory), :class:`CmvnNormalizer`,
       :class:`BucketBatches`, :func:`collate` — normalised features and token targets,
-      length-bucketed batches capped by frames, read ahead by background threads.
+      length-bucketed batches capped by frames, read ahead by background worker
+      processes or threads (:mod:`asrkit.training.prefetch`).
     - :class:`Trainer`, :class:`TrainHooks`, :class:`TrainState` — the loop and
       the named hooks distributed strategies implement.
     - :class:`LRSchedule` — warm-up + cosine/exponential annealing by step.

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 
 from asrkit.errors import ConfigError
 
+#: What reads batches ahead (``train.loader``; :mod:`asrkit.training.prefetch`).
+LOADERS = ("process", "thread")
+
 
 @dataclass
 class OptimConfig:
@@ -102,8 +105,10 @@ class TrainConfig:
             (0 = epoch ends only; the lock-step strategies only — ADPSGD and HYBRID
             learners take different numbers of steps, so they resume from epoch ends).
         prefetch: batches read and collated ahead of the training step by background
-            threads (0 = each batch is read when the step asks for it).
-        loader_threads: threads that read batches (each keeps its own open archives).
+            workers (0 = each batch is read when the step asks for it).
+        loader: what reads ahead: ``process`` (worker processes forked from the learner,
+            filling shared memory; Linux) or ``thread`` (threads in the learner).
+        loader_workers: reading workers (each keeps its own open archives).
         in_memory: read the whole training and dev sets into memory before the first
             step instead of streaming them from the feature archives (small sets only).
         max_steps: stop after this many optimizer steps in all (0 = run every epoch;
@@ -124,7 +129,8 @@ class TrainConfig:
     progress: bool = True
     save_every: int = 0
     prefetch: int = 4
-    loader_threads: int = 1
+    loader: str = "process"
+    loader_workers: int = 1
     in_memory: bool = False
     max_steps: int = 0
 
@@ -137,10 +143,13 @@ class TrainConfig:
             raise ConfigError(f"train.best_metric={self.best_metric!r}; choose wer or loss")
         if self.save_every < 0:
             raise ConfigError(f"train.save_every={self.save_every} must be >= 0 (0: epoch ends)")
-        if self.prefetch < 0 or self.loader_threads < 1 or self.max_steps < 0:
-            raise ConfigError(f"train.prefetch={self.prefetch}, train.loader_threads="
-                              f"{self.loader_threads} and train.max_steps={self.max_steps}: "
-                              "prefetch and max_steps must be >= 0 and loader_threads >= 1")
+        if self.prefetch < 0 or self.loader_workers < 1 or self.max_steps < 0:
+            raise ConfigError(f"train.prefetch={self.prefetch}, train.loader_workers="
+                              f"{self.loader_workers} and train.max_steps={self.max_steps}: "
+                              "prefetch and max_steps must be >= 0 and loader_workers >= 1")
+        if self.loader not in LOADERS:
+            raise ConfigError(f"train.loader={self.loader!r} is unknown; choose "
+                              f"{' or '.join(LOADERS)}")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1")
         if self.average_last > min(self.keep_checkpoints, self.epochs):

@@ -22,13 +22,12 @@ import array
 import logging
 import os
 import random
-import threading
-import time
+import struct
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Generic, TypeVar
+from typing import IO
 
 import numpy as np
 import torch
@@ -36,25 +35,43 @@ import torch
 from asrkit.data.datadir import iter_kaldi_map, read_kaldi_map
 from asrkit.data.kaldi_table import TableReader, read_float_matrix_at, read_matrix, read_matrix_at
 from asrkit.errors import ConfigError, DataError
-from asrkit.features.cmvn import apply_transform, read_cmvn
+from asrkit.features.cmvn import read_cmvn
 from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.data import Batch, CmvnNormalizer, Utterance, collate, plan_buckets
+from asrkit.training.data import Batch, CmvnNormalizer, Utterance, plan_buckets
+from asrkit.training.prefetch import Prefetcher, ReaderPool, can_fork
 
 log = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
 
 
 class UtteranceReader(ABC):
-    """Reads utterances of one source; one per thread (it may hold open files)."""
+    """Reads utterances of one source; one per thread or process (it may hold open files).
+
+    Attributes:
+        source: the set it reads.
+    """
+
+    source: UtteranceSource
 
     @abstractmethod
     def read(self, indices: Sequence[int]) -> list[Utterance]:
         """The utterances at ``indices`` of the source, in that order."""
 
+    def fill(self, indices: Sequence[int], out: np.ndarray) -> None:
+        """Write the normalised features of ``indices`` into ``out`` ``(B, T, D)`` float32,
+        ``T`` the longest of them, zeros past each utterance's end (numpy only: this runs
+        in the read-ahead workers)."""
+        for k, u in enumerate(self.read(indices)):
+            n = u.feats.shape[0]
+            out[k, :n] = u.feats
+            out[k, n:] = 0.0
+
     def read_batch(self, indices: Sequence[int]) -> Batch:
-        """The utterances at ``indices`` as a padded batch (``collate`` of :meth:`read`)."""
-        return collate(self.read(indices))
+        """The utterances at ``indices`` as a padded batch (equal to ``collate(read(indices))``)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        feats = np.empty(self.source.batch_shape(idx), dtype=np.float32)
+        self.fill(idx, feats)
+        return self.source.assemble(idx, torch.from_numpy(feats))
 
     def close(self) -> None:  # noqa: B027  a reader that holds no files has nothing to close
         """Release open files."""
@@ -66,13 +83,24 @@ class UtteranceSource(ABC):
     Attributes:
         ids: utterance ids, in data dir order.
         lengths: ``(N,)`` feature frames of each utterance.
+        dim: the feature dimension.
     """
 
     ids: list[str]
     lengths: np.ndarray
+    dim: int
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def batch_shape(self, indices: np.ndarray) -> tuple[int, int, int]:
+        """``(B, T, D)`` of the padded features of ``indices``."""
+        return len(indices), int(self.lengths[indices].max()), self.dim
+
+    @abstractmethod
+    def assemble(self, indices: np.ndarray, feats: torch.Tensor) -> Batch:
+        """The batch of ``indices`` around its padded features ``feats`` (read by
+        :meth:`UtteranceReader.fill`): ids, lengths, token and frame targets."""
 
     @abstractmethod
     def reader(self) -> UtteranceReader:
@@ -102,9 +130,15 @@ class InMemorySource(UtteranceSource):
         self.utts = list(utts)
         self.ids = [u.utt for u in self.utts]
         self.lengths = np.array([u.feats.shape[0] for u in self.utts], dtype=np.int64)
+        self.dim = int(self.utts[0].feats.shape[1]) if self.utts else 0
 
     def reader(self) -> UtteranceReader:
-        return _ListReader(self.utts)
+        return _ListReader(self)
+
+    def assemble(self, indices: np.ndarray, feats: torch.Tensor) -> Batch:
+        utts = [self.utts[i] for i in indices.tolist()]
+        return _batch([u.utt for u in utts], feats, self.lengths[indices],
+                      [u.tokens for u in utts], [u.ali for u in utts])
 
     def texts(self) -> dict[str, str]:
         return {u.utt: u.text for u in self.utts}
@@ -119,11 +153,31 @@ class InMemorySource(UtteranceSource):
 
 
 class _ListReader(UtteranceReader):
-    def __init__(self, utts: list[Utterance]) -> None:
-        self.utts = utts
+    def __init__(self, source: InMemorySource) -> None:
+        self.source = source
 
     def read(self, indices: Sequence[int]) -> list[Utterance]:
-        return [self.utts[i] for i in indices]
+        return [self.source.utts[i] for i in indices]
+
+
+def _batch(utts: list[str], feats: torch.Tensor, lengths: np.ndarray,
+           tokens: Sequence[np.ndarray] | None, alis: Sequence[np.ndarray | None] | None) -> Batch:
+    """A :class:`Batch` as :func:`~asrkit.training.data.collate` builds it, around ``feats``
+    (numpy only, then ``torch.from_numpy``: this may run in a reading thread)."""
+    if tokens is None:
+        targets, target_lengths = np.zeros(0, dtype=np.int64), np.zeros(len(utts), np.int64)
+    else:
+        targets = np.concatenate(tokens).astype(np.int64)
+        target_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+    frame_targets = None
+    if alis is not None and all(a is not None for a in alis):
+        padded = np.full((len(utts), max(a.size for a in alis)), -1, dtype=np.int64)  # type: ignore[union-attr]
+        for k, a in enumerate(alis):
+            padded[k, : a.size] = a  # type: ignore[union-attr]
+        frame_targets = torch.from_numpy(padded)
+    return Batch(utts, feats, torch.from_numpy(lengths.astype(np.int64)),
+                 torch.from_numpy(targets), torch.from_numpy(target_lengths),
+                 frame_targets=frame_targets)
 
 
 def as_source(data: UtteranceSource | Sequence[Utterance]) -> UtteranceSource:
@@ -185,6 +239,12 @@ class StreamingSource(UtteranceSource):
     def texts(self) -> dict[str, str]:
         return dict(self.text or {})
 
+    def assemble(self, indices: np.ndarray, feats: torch.Tensor) -> Batch:
+        rows = indices.tolist()
+        return _batch([self.ids[i] for i in rows], feats, self.lengths[indices],
+                      None if self.tokens is None else [self.tokens[i] for i in rows],
+                      None if self.ali is None else [self.ali[i] for i in rows])
+
     def where(self, i: int) -> str:
         """``file.ark:offset`` (or the rxfilename) of utterance ``i``."""
         if self.ark_of[i] < 0:
@@ -232,77 +292,47 @@ class _ArkReader(UtteranceReader):
         ali = None if src.ali is None else src.ali[i].astype(np.int64)
         return Utterance(utt, feats, tokens, src.text.get(utt, "") if src.text else "", ali)
 
-    def read_batch(self, indices: Sequence[int]) -> Batch:
+    def fill(self, indices: Sequence[int], out: np.ndarray) -> None:
         # Float matrices are read straight into the padded batch, one system call each, and
-        # normalised there; anything else is read utterance by utterance. Either way the
-        # result equals collate(read(indices)).
+        # normalised there while still in the cache; anything else is read utterance by
+        # utterance. Either way the result equals collate(read(indices)).feats.
         src = self.source
         idx = np.asarray(indices, dtype=np.int64)
         lengths = src.lengths[idx]
-        longest = int(lengths.max())
-        feats = np.empty((len(idx), longest, src.dim), dtype=np.float32)
-        if self._read_floats(idx, lengths, feats):
-            self._normalize_batch(idx, lengths, feats)
-        else:
+        if not self._read_floats(idx, lengths, out):
             for k, i in enumerate(idx.tolist()):
-                rows = feats[k, :lengths[k]]
-                mat = self._checked(i, out=rows)
-                src.normalize(mat, self._speaker_stats(i), out=rows)
-                feats[k, lengths[k]:] = 0.0  # padding
-        if src.tokens is None:
-            targets, target_lengths = np.zeros(0, dtype=np.int64), np.zeros(len(idx), np.int64)
-        else:
-            parts = [src.tokens[i] for i in idx.tolist()]
-            targets = np.concatenate(parts).astype(np.int64)
-            target_lengths = np.array([len(p) for p in parts], dtype=np.int64)
-        frame_targets = None
-        if src.ali is not None:
-            labels = [src.ali[i] for i in idx.tolist()]
-            padded = np.full((len(idx), max(x.size for x in labels)), -1, dtype=np.int64)
-            for k, x in enumerate(labels):
-                padded[k, : x.size] = x
-            frame_targets = torch.from_numpy(padded)
-        # Only numpy work and torch.from_numpy here (no torch operators: see
-        # asrkit.features.cmvn.apply_transform).
-        return Batch([src.ids[i] for i in idx.tolist()], torch.from_numpy(feats),
-                     torch.from_numpy(lengths.copy()), torch.from_numpy(targets),
-                     torch.from_numpy(target_lengths), frame_targets=frame_targets)
+                rows = out[k, :lengths[k]]
+                src.normalize(self._checked(i, out=rows), self._speaker_stats(i), out=rows)
+        longest = out.shape[1]
+        for k, n in enumerate(lengths.tolist()):
+            if n < longest:
+                out[k, n:] = 0.0  # padding
 
     def _read_floats(self, idx: np.ndarray, lengths: np.ndarray, feats: np.ndarray) -> bool:
-        """Read every utterance of ``idx`` into its rows of ``feats`` ``(B, T, D)`` with one
-        ``preadv`` (header and data) each, when all are ``FM`` matrices of the promised
-        shape at archive offsets; False when any is not (the caller then reads them one by
-        one, through the checks that name what is wrong)."""
+        """Read and normalise every utterance of ``idx`` into its rows of ``feats``
+        ``(B, T, D)`` with one ``preadv`` (header and data) each, when all are ``FM``
+        matrices of the promised shape at archive offsets; False when any is not (the
+        caller then reads them one by one, through the checks that name what is wrong)."""
         src = self.source
         if src.ark_of[idx].min() < 0:  # an entry that is not an archive offset
             return False
-        heads = np.empty((len(idx), 15), dtype=np.uint8)
-        want = 15 + lengths * (src.dim * 4)
-        for k, (i, n, offset) in enumerate(zip(idx.tolist(), lengths.tolist(),
-                                               src.offsets[idx].tolist(), strict=True)):
-            if os.preadv(self.handle(i).fileno(), [heads[k], feats[k, :n]], offset) != want[k]:
-                return False
-        # Each header must be \0B "FM " \4 rows \4 dim (little-endian int32s).
-        expected = np.empty_like(heads)
-        expected[:, :6] = np.frombuffer(b"\0BFM \4", dtype=np.uint8)
-        expected[:, 6:10] = lengths.astype("<i4").view(np.uint8).reshape(-1, 4)
-        expected[:, 10] = 4
-        expected[:, 11:] = np.frombuffer(np.int32(src.dim).astype("<i4").tobytes(), np.uint8)
-        return bool(np.array_equal(heads, expected))
-
-    def _normalize_batch(self, idx: np.ndarray, lengths: np.ndarray, feats: np.ndarray) -> None:
-        """Normalise the rows of ``feats`` read by :meth:`_read_floats` and zero the padding."""
-        src = self.source
         norm = src.normalize
-        if norm.mode == "global":  # one transform for the whole batch (padding is zeroed next)
-            apply_transform(feats, *norm.global_transform(), out=feats)
-        elif norm.mode == "speaker":
-            for k, i in enumerate(idx.tolist()):
-                rows = feats[k, :lengths[k]]
+        scale, offset = norm.global_transform() if norm.mode == "global" else (None, None)
+        head = bytearray(15)
+        dim = struct.pack("<bi", 4, src.dim)
+        for k, (i, n, at) in enumerate(zip(idx.tolist(), lengths.tolist(),
+                                           src.offsets[idx].tolist(), strict=True)):
+            rows = feats[k, :n]
+            got = os.preadv(self.handle(i).fileno(), [head, rows], at)
+            # The header must be \0B "FM " \4 rows \4 dim (little-endian int32s).
+            if got != 15 + rows.nbytes or head != b"\0BFM " + struct.pack("<bi", 4, n) + dim:
+                return False
+            if scale is not None:  # apply_transform's arithmetic, on rows still in the cache
+                np.multiply(rows, scale, out=rows)
+                rows += offset
+            elif norm.mode == "speaker":
                 norm(rows, self._speaker_stats(i), out=rows)
-        for k, n in enumerate(lengths.tolist()):
-            if n < feats.shape[1]:
-                feats[k, n:] = 0.0
+        return True
 
     def _speaker_stats(self, i: int) -> np.ndarray | None:
         src = self.source
@@ -569,160 +599,6 @@ def _first_dim(source: StreamingSource, input_dim: int | None) -> int:
     return int(mat.shape[1])
 
 
-# --- prefetching ------------------------------------------------------------------------------
-
-
-class _Failed:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-class Prefetcher(Generic[_T]):
-    """Turns planned items into batches ahead of their use, in plan order.
-
-    ``threads`` background threads each take the next planned item, build its batch with
-    ``make(reader, item)`` through their own reader, and hand it over; no thread runs more
-    than ``depth`` items ahead of the consumer, so at most ``depth`` batches are held. When
-    the consumer asks for a batch that no thread has started, it builds that one itself
-    instead of waiting (so the read-ahead never makes the consumer slower than reading
-    in its own thread would).
-    ``depth == 0`` builds each batch in the consumer's thread when it is asked for. An
-    error while reading is raised in the consumer, at the batch that failed.
-
-    Use it as a context manager (or call :meth:`close`): leaving early stops the threads.
-    """
-
-    def __init__(self, plan: Iterator[object], make: Callable[[UtteranceReader, object], _T],
-                 source: UtteranceSource, *, depth: int = 4, threads: int = 1) -> None:
-        self.plan, self.make, self.source = plan, make, source
-        self.depth, self.threads = max(0, depth), max(1, threads)
-        self._cond = threading.Condition()
-        self._ready: dict[int, object] = {}
-        self._taken = 0        # items taken from the plan
-        self._delivered = 0    # batches handed to the consumer
-        self._end: int | None = None  # the plan's length once it ran out
-        self._stop = False
-        self._workers: list[threading.Thread] = []
-        self._reader: UtteranceReader | None = None
-
-    def __enter__(self) -> Prefetcher[_T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __iter__(self) -> Iterator[_T]:
-        if self.depth == 0:
-            self._reader = self.source.reader()
-            for item in self.plan:
-                yield self.make(self._reader, item)
-            return
-        for k in range(self.threads):
-            worker = threading.Thread(target=self._work, name=f"asrkit-prefetch-{k}", daemon=True)
-            worker.start()
-            self._workers.append(worker)
-        while True:
-            item: object = None
-            out: object = None
-            with self._cond:
-                while True:
-                    if self._delivered in self._ready:
-                        out = self._ready.pop(self._delivered)
-                        break
-                    if self._end == self._delivered:
-                        return
-                    if self._taken == self._delivered and self._end is None:
-                        # No thread has started the next batch (they are all behind, or the
-                        # consumer outran them): read it here rather than wait for one.
-                        try:
-                            item = next(self.plan)
-                        except StopIteration:
-                            self._end = self._taken
-                            self._cond.notify_all()
-                            return
-                        self._taken += 1
-                        break
-                    self._cond.wait()
-            if out is None:
-                if self._reader is None:
-                    self._reader = self.source.reader()
-                try:
-                    out = self.make(self._reader, item)
-                except BaseException:
-                    self.close()
-                    raise
-            with self._cond:
-                self._delivered += 1
-                self._cond.notify_all()
-            if isinstance(out, _Failed):
-                self.close()
-                raise out.error
-            yield out  # type: ignore[misc]
-
-    def _work(self) -> None:
-        reader = self.source.reader()
-        try:
-            while True:
-                with self._cond:
-                    while not self._stop and self._end is None and \
-                            self._taken >= self._delivered + self.depth:
-                        self._cond.wait()
-                    if self._stop or self._end is not None:
-                        return
-                    seq = self._taken
-                    try:
-                        item = next(self.plan)
-                    except StopIteration:
-                        self._end = seq
-                        self._cond.notify_all()
-                        return
-                    except BaseException as err:  # noqa: BLE001 (handed to the consumer)
-                        self._ready[seq], self._end = _Failed(err), seq + 1
-                        self._cond.notify_all()
-                        return
-                    self._taken += 1
-                try:
-                    out: object = self.make(reader, item)
-                except BaseException as err:  # noqa: BLE001 (handed to the consumer)
-                    out = _Failed(err)
-                with self._cond:
-                    self._ready[seq] = out
-                    self._cond.notify_all()
-        finally:
-            reader.close()
-
-    def close(self) -> None:
-        """Stop the threads and drop what they read ahead."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        for worker in self._workers:
-            if worker is not threading.current_thread():
-                worker.join()
-        self._workers.clear()
-        self._ready.clear()
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-
-
-def timed(batches: Iterator[_T]) -> Generator[tuple[_T, float], None, None]:
-    """``(batch, seconds the consumer waited for it)`` for each batch of ``batches``;
-    closing it closes ``batches`` (and so stops its read-ahead)."""
-    try:
-        while True:
-            began = time.monotonic()
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            yield batch, time.monotonic() - began
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()
-
-
 # --- planned batches --------------------------------------------------------------------------
 
 
@@ -735,6 +611,10 @@ class BucketBatches:
     together take the same steps as one process would; every learner sees the same
     number of batches in the same order.
 
+    Reading ahead in worker processes (``loader="process"``) starts a
+    :class:`~asrkit.training.prefetch.ReaderPool` on first use (or :meth:`start`) that
+    lives until :meth:`close`; use the object as a context manager.
+
     Args:
         source: the set (a list of utterances is taken as an in-memory set).
         max_frames, max_batch: see :func:`~asrkit.training.data.make_buckets` (global,
@@ -743,51 +623,101 @@ class BucketBatches:
         seed: base seed; epoch ``e`` uses ``seed + e``.
         rank, world: this learner's share of each batch.
         indices: the utterances of ``source`` to batch (default all; a learner's shard).
-        prefetch: batches read ahead by background threads (0: read when asked for).
-        threads: reading threads.
+        bucket_share: ``(k, n)``: this learner takes whole buckets ``k::n`` of each epoch's
+            order (sharded validation) instead of a share of every bucket.
+        prefetch: batches read ahead by background workers (0: read when asked for).
+        workers: reading workers.
+        loader: ``process`` (forked worker processes, where ``fork`` is available) or
+            ``thread`` (see :mod:`asrkit.training.prefetch`).
     """
 
     def __init__(self, source: UtteranceSource | Sequence[Utterance], *, max_frames: int,
                  max_batch: int, shuffle: bool = True, seed: int = 1, rank: int = 0,
-                 world: int = 1, indices: Sequence[int] | None = None, prefetch: int = 4,
-                 threads: int = 1) -> None:
+                 world: int = 1, indices: Sequence[int] | None = None,
+                 bucket_share: tuple[int, int] = (0, 1), prefetch: int = 4, workers: int = 1,
+                 loader: str = "process") -> None:
         self.source = as_source(source)
         chosen = np.arange(len(self.source)) if indices is None else np.asarray(indices, np.int64)
         self.buckets = [chosen[b] for b in plan_buckets(
             self.source.lengths[chosen], max_frames=max_frames, max_batch=max_batch,
             min_batch=world)]
         self.shuffle, self.seed, self.rank, self.world = shuffle, seed, rank, world
-        self.prefetch, self.threads = prefetch, threads
+        self.bucket_share = bucket_share
+        self.prefetch, self.workers = prefetch, workers
+        self.pool = ReaderPool(self, depth=prefetch, workers=workers) \
+            if prefetch > 0 and loader == "process" and can_fork() else None
         #: Put batches in page-locked memory as they are read (for CUDA).
         self.pin_memory = False
+        self._largest: int | None = None
 
     def __len__(self) -> int:
-        return len(self.buckets)
+        """Batches per epoch."""
+        return len(range(self.bucket_share[0], len(self.buckets), self.bucket_share[1]))
+
+    def __enter__(self) -> BucketBatches:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the reading workers now (processes: forking before the training step has
+        filled the learner's memory makes the fork cheaper)."""
+        if self.pool is not None:
+            self.pool.start()
+
+    def close(self) -> None:
+        """Stop the reading workers."""
+        if self.pool is not None:
+            self.pool.close()
 
     def plan(self, epoch: int, *, start: int = 0) -> Iterator[np.ndarray]:
         """Epoch ``epoch``'s buckets in order, from its ``start``-th on (nothing is read)."""
         order = list(range(len(self.buckets)))
         if self.shuffle:
             random.Random(self.seed + epoch).shuffle(order)
-        for b in order[start:]:
+        k, n = self.bucket_share
+        for b in order[k::n][start:]:
             yield self.buckets[b]
 
     def epoch(self, epoch: int, *, start: int = 0) -> Iterator[Batch]:
         """Epoch ``epoch``'s batches from its ``start``-th on (a resumed run reads none of
         the ones before)."""
+        if self.pool is not None:
+            yield from self.pool.run(epoch, start=start)
+            return
         with self.loader(self.plan(epoch, start=start)) as batches:
             yield from batches
 
     def loader(self, plan: Iterator[np.ndarray]) -> Prefetcher[Batch]:
-        """The batches of ``plan``'s buckets, read ahead as the settings say."""
-        return Prefetcher(plan, self._read, self.source, depth=self.prefetch, threads=self.threads)
+        """The batches of ``plan``'s buckets read by threads (or, with ``prefetch == 0``,
+        when asked for)."""
+        return Prefetcher(plan, self._read, self.source, depth=self.prefetch, threads=self.workers)
 
-    def _read(self, reader: UtteranceReader, bucket: object) -> Batch:
-        assert isinstance(bucket, np.ndarray)
-        batch = reader.read_batch(bucket[self.rank::self.world].tolist())
+    def share(self, bucket: np.ndarray) -> np.ndarray:
+        """The utterances of ``bucket`` that this learner reads."""
+        return bucket[self.rank::self.world]
+
+    def finish(self, batch: Batch, bucket: np.ndarray) -> Batch:
+        """``batch`` (this learner's share of ``bucket``) with its loss normaliser."""
         batch.norm = len(bucket) / self.world
         batch.global_utts = len(bucket)
         return batch.pin_memory() if self.pin_memory else batch
+
+    def _read(self, reader: UtteranceReader, bucket: np.ndarray) -> Batch:
+        return self.finish(reader.read_batch(self.share(bucket)), bucket)
+
+    def largest_batch(self) -> int:
+        """Floats in the largest padded feature block of any bucket's share (the size of
+        a read-ahead slot)."""
+        if self._largest is None:
+            self._largest = 0
+            for bucket in self.buckets:
+                share = self.share(bucket)
+                if len(share):
+                    b, t, d = self.source.batch_shape(share)
+                    self._largest = max(self._largest, b * t * d)
+        return self._largest
 
 
 def attach_alignments(data: UtteranceSource | Sequence[Utterance],

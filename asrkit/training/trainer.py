@@ -8,6 +8,7 @@ and ``finish``. A single process uses the no-op :class:`TrainHooks`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -26,6 +27,7 @@ from asrkit.training.checkpoint import save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 from asrkit.training.data import Batch, Utterance
 from asrkit.training.objectives import CtcObjective, Objective
+from asrkit.training.prefetch import timed
 from asrkit.training.resume import (
     FaultInjection,
     ResumeStore,
@@ -37,7 +39,7 @@ from asrkit.training.resume import (
 )
 from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
-from asrkit.training.stream import BucketBatches, UtteranceSource, as_source, timed
+from asrkit.training.stream import BucketBatches, UtteranceSource, as_source
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +151,7 @@ def loader_settings(cfg: TrainConfig, *, parts: int = 1) -> dict[str, int]:
     """:class:`BucketBatches` size caps and read-ahead from ``cfg``; ``parts`` > 1 divides
     the global batch caps among learners (or groups) that batch their own shards."""
     return {"max_frames": max(1, cfg.max_frames // parts), "max_batch": max(1, cfg.max_batch // parts),
-            "prefetch": cfg.prefetch, "threads": cfg.loader_threads}
+            "prefetch": cfg.prefetch, "workers": cfg.loader_workers, "loader": cfg.loader}
 
 
 def ctc_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -217,7 +219,12 @@ class Trainer:
         self.dev_texts = self.dev.texts()
         self.exp_dir = Path(exp_dir)
         self.batches = self.hooks.make_batches(as_source(train), cfg, seed=seed)
-        self.batches.pin_memory = self.device.type == "cuda"
+        # Every learner scores whole dev batches rank::world (sharded validation).
+        self.dev_batches = BucketBatches(self.dev, shuffle=False,
+                                         bucket_share=(self.hooks.rank, self.hooks.world_size),
+                                         **loader_settings(cfg))
+        for batches in (self.batches, self.dev_batches):
+            batches.pin_memory = self.device.type == "cuda"
         self.optimizer = build_optimizer(self.model.parameters(), optim)
         self.schedule = LRSchedule(schedule, peak_lr=optim.lr,
                                    total_steps=cfg.epochs * len(self.batches),
@@ -236,6 +243,15 @@ class Trainer:
         start_epoch, start_batch = self.restore()
         if start_epoch >= self.cfg.epochs:
             return self.state  # the run had finished: its last checkpoint is the final model
+        with self.batches, self.dev_batches:
+            # Reading workers start before the first step has grown the learner's heap.
+            self.batches.start()
+            self.dev_batches.start()
+            self._fit(start_epoch, start_batch)
+        self.hooks.wait_for_saves()
+        return self.state
+
+    def _fit(self, start_epoch: int, start_batch: int) -> None:
         model = self.hooks.wrap_model(self.model)
         for epoch in range(start_epoch, self.cfg.epochs):
             skip = start_batch if epoch == start_epoch else 0
@@ -251,8 +267,6 @@ class Trainer:
             self.save_resume_state((epoch + 1, 0))
             if last:
                 break
-        self.hooks.wait_for_saves()
-        return self.state
 
     def _step_cap_reached(self) -> bool:
         return 0 < self.cfg.max_steps <= self.state.step
@@ -329,12 +343,14 @@ class Trainer:
         """
         began = time.monotonic()
         self.model.eval()
-        planned = BucketBatches(self.dev, shuffle=False, **loader_settings(self.cfg))
-        mine = iter(planned.buckets[self.hooks.rank::self.hooks.world_size])
-        with planned.loader(mine) as batches:
+        pool = self.dev_batches.pool
+        outside_fit = pool is not None and not pool.started  # fit() starts and stops it
+        with contextlib.closing(self.dev_batches.epoch(0)) as batches:
             sums = self.objective.accumulate(
                 self.model, (b.to(self.device) for b in batches), tokenizer=self.tokenizer,
                 texts=self.dev_texts)
+        if outside_fit:
+            self.dev_batches.close()
         metrics = self.objective.metrics(self.hooks.reduce_sums(sums))
         # Every learner validated at once: no training progress was made meanwhile.
         self.hooks.paused(time.monotonic() - began)
