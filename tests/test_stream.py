@@ -291,6 +291,26 @@ def test_a_dead_reading_worker_stops_the_consumer_instead_of_hanging() -> None:
     assert multiprocessing.active_children() == []
 
 
+@pytest.mark.skipif(not can_fork(), reason="worker processes need fork")
+def test_a_reader_pool_reads_one_epoch_at_a_time_and_checks_its_plan() -> None:
+    source = _tiny_source()
+    # More read-ahead slots than a page of slot headers holds.
+    with BucketBatches(source, max_frames=1000, max_batch=1, seed=3, prefetch=600,
+                       loader="process") as batches:
+        first = batches.epoch(0)
+        next(first)
+        assert [b.utts for b in batches.epoch(1)] == [
+            [source.ids[i] for i in bucket] for bucket in batches.plan(1)]
+        with pytest.raises(RuntimeError, match="one epoch at a time"):
+            next(first)
+        # A planner changed after its workers forked would pair features with other
+        # batches' targets: the consumer notices.
+        batches.seed = 4
+        with pytest.raises(RuntimeError, match="planner changed after the workers started"):
+            list(batches.epoch(2))
+    assert multiprocessing.active_children() == []
+
+
 def test_a_listed_corpus_is_a_valid_data_dir_of_the_same_matrices(
         feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path) -> None:
     info = list_corpus(feature_dir, tmp_path / "listed", hours=0.004)  # 14 s: several copies

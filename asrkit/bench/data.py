@@ -212,15 +212,17 @@ def _loader_rate(data_dir: Path, tokenizer_dir: Path, *, seconds: float) -> dict
 
 def _read_rate(batches: BucketBatches, seconds: float) -> float:
     """Frames/s delivered by ``batches`` over epochs 1, 2, ... for ``seconds`` (epoch 0's
-    first 50 batches warm the page cache and the allocator)."""
-    for _ in zip(range(50), batches.epoch(0), strict=False):
-        pass
-    frames, began = 0, time.monotonic()
-    epoch = 1
-    while time.monotonic() - began < seconds:
-        for batch in batches.epoch(epoch):
-            frames += batch.frames
-            if time.monotonic() - began >= seconds:
-                break
-        epoch += 1
-    return frames / (time.monotonic() - began)
+    first 50 batches warm the page cache and the allocator); stops its workers after."""
+    with batches:
+        batches.start()  # as training does: workers forked before the clock starts
+        for _ in zip(range(50), batches.epoch(0), strict=False):
+            pass
+        frames, began = 0, time.monotonic()
+        epoch = 1
+        while time.monotonic() - began < seconds:
+            for batch in batches.epoch(epoch):
+                frames += batch.frames
+                if time.monotonic() - began >= seconds:
+                    break
+            epoch += 1
+        return frames / (time.monotonic() - began)

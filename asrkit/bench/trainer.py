@@ -95,12 +95,14 @@ def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12,
                 loss.item()
             return time.monotonic() - began, len(order)
 
-        asrkit_pass()  # warm-up: first-touch allocations, thread pool, TensorBoard writer
-        minimal_pass()
-        ours, theirs = [], []
-        for _ in range(repeats):
-            ours.append(asrkit_pass())
-            theirs.append(minimal_pass())
+        with trainer.batches, trainer.dev_batches:  # as fit() does: readers start first
+            trainer.batches.start()
+            asrkit_pass()  # warm-up: first-touch allocations, thread pool, TensorBoard writer
+            minimal_pass()
+            ours, theirs = [], []
+            for _ in range(repeats):
+                ours.append(asrkit_pass())
+                theirs.append(minimal_pass())
     frames = sum(u.feats.shape[0] for u in chosen)
     asrkit_s, n = min(ours)
     minimal_s, m = min(theirs)

@@ -202,10 +202,12 @@ class Planner(Protocol):
         """Floats in the largest padded feature block of any item."""
 
 
-# The ring's header (int64s): ``flags[s]`` = j + 1 once batch j of the current run is in
-# slot s (-(j + 1) if reading it failed), then the current run's number. Both sides read
-# and write them under one lock (which also orders a slot's data before its flag).
-_HEADER_BYTES = 4096
+# Each slot's header (int64s): [j + 1 once batch j of the current run is in the slot, or
+# -(j + 1) if reading it failed; the batch's size B, length T and first utterance index, which
+# the consumer checks against its own plan]. After the slots' headers: the current run's
+# number (negative: cancelled). No lock guards them: the writer releases a semaphore after
+# writing and the reader acquires it before reading, which orders the accesses on any CPU.
+_SLOT_HEADER = 4
 
 
 class ReaderPool:
@@ -216,22 +218,24 @@ class ReaderPool:
     ~1 s per fork on the VM when forked per epoch). Each epoch is a *run*: the consumer
     sends ``(run, epoch, start)``, and each worker walks its own copy of
     ``planner.plan(epoch, start=start)`` — which is why a plan must depend on nothing but
-    its arguments (a seeded order does not). Batch ``j`` of a run goes to worker
+    its arguments (a seeded order does not; the consumer checks every batch's shape and
+    first utterance against its own plan). Batch ``j`` of a run goes to worker
     ``j % workers`` and slot ``j % slots`` of the ring (``slots = max(depth, workers)``);
     a worker starts it once the consumer has taken batch ``j - slots``, sleeping on a
-    semaphore until then (so a worker that is ahead takes no CPU from the training step).
-    The consumer polls for the next batch only when it is not ready yet. A run left early
-    (ADPSGD's endless plans, ``max_steps``, an error) is cancelled when the next one
-    starts or the pool closes.
+    semaphore until then (so a worker that is ahead takes no CPU from the step), and
+    posts the slot's semaphore when it is filled. The consumer polls that semaphore
+    only when the batch is not ready yet (a blocked consumer would make every post a
+    cross-core wake-up). A run left early (ADPSGD's endless plans, ``max_steps``, an error)
+    is cancelled when the next one starts or the pool closes; one run at a time.
 
     Args:
-        planner: what to read.
+        planner: what to read (held weakly: dropping it stops the workers).
         depth: batches read ahead (>= 1).
         workers: reading processes.
     """
 
     def __init__(self, planner: Planner, *, depth: int = 4, workers: int = 1) -> None:
-        self.planner = planner
+        self._planner = weakref.ref(planner)
         self.workers, self.slots = max(1, workers), max(depth, workers, 1)
         self.slot_floats = 0
         self._procs: list[Any] = []
@@ -240,11 +244,17 @@ class ReaderPool:
         self._ring: mmap.mmap | None = None
         self._header: np.ndarray | None = None
         self._data: np.ndarray | None = None
-        self._lock: Any = None
-        self._free: list[Any] = []
+        self._free: list[Any] = []       # per worker: slots it may fill
+        self._filled: list[Any] = []     # per slot: posted when its batch is in
         self._run = 0
         self._pending = False  # a run whose workers have not all reported "done"
         self._running = False  # the consumer has not reached the end of the current run
+
+    @property
+    def planner(self) -> Planner:
+        planner = self._planner()
+        assert planner is not None, "the planner of a live reader pool was dropped"
+        return planner
 
     @property
     def started(self) -> bool:
@@ -256,11 +266,12 @@ class ReaderPool:
             return
         ctx = multiprocessing.get_context("fork")
         self.slot_floats = max(1, self.planner.largest_batch())
-        self._ring = mmap.mmap(-1, _HEADER_BYTES + self.slots * self.slot_floats * 4)
-        self._header = np.frombuffer(self._ring, dtype=np.int64, count=self.slots + 1)
-        self._data = np.frombuffer(self._ring, dtype=np.float32, offset=_HEADER_BYTES)
-        self._lock = ctx.Lock()
+        header_bytes = -(-8 * (_SLOT_HEADER * self.slots + 1) // 4096) * 4096
+        self._ring = mmap.mmap(-1, header_bytes + self.slots * self.slot_floats * 4)
+        self._header = np.frombuffer(self._ring, dtype=np.int64, count=_SLOT_HEADER * self.slots + 1)
+        self._data = np.frombuffer(self._ring, dtype=np.float32, offset=header_bytes)
         self._free = [ctx.Semaphore(0) for _ in range(self.workers)]
+        self._filled = [ctx.Semaphore(0) for _ in range(self.slots)]
         parent = os.getpid()
         for w in range(self.workers):
             commands, their_commands = ctx.Pipe(duplex=False)
@@ -274,7 +285,7 @@ class ReaderPool:
             self._commands.append(their_commands)
             self._replies.append(their_replies)
         # A pool dropped without close() still stops its workers.
-        self._finalizer = weakref.finalize(self, _kill, list(self._procs))
+        weakref.finalize(self, _kill, list(self._procs))
 
     def run(self, epoch: int, *, start: int = 0) -> Iterator[Batch]:
         """The batches of ``planner.plan(epoch, start=start)``, in order."""
@@ -282,46 +293,57 @@ class ReaderPool:
         self._settle()
         assert self._header is not None and self._data is not None
         self._run += 1
-        with self._lock:
-            self._header[:self.slots] = 0
-            self._header[self.slots] = self._run
+        run = self._run
+        self._header[:] = 0
+        self._header[-1] = run
+        self._pending = self._running = True
         for w, free in enumerate(self._free):  # worker w's batches among 0 .. slots - 1
             for _ in range(w, self.slots, self.workers):
                 free.release()
-        for commands in self._commands:
-            commands.send((self._run, epoch, start))
-        self._pending = self._running = True
+        for w, commands in enumerate(self._commands):
+            try:
+                commands.send((run, epoch, start))
+            except OSError:
+                self._check_alive(w, "between epochs")
+                raise
         planner = self.planner
         for j, item in enumerate(planner.plan(epoch, start=start)):
             slot = j % self.slots
-            self._await(j, slot)
             idx = planner.share(item)
             shape = planner.source.batch_shape(idx)
+            self._await(j, slot, shape, int(idx[0]))
             feats = torch.empty(shape, dtype=torch.float32, pin_memory=planner.pin_memory)
             at = slot * self.slot_floats
             feats.numpy()[...] = self._data[at:at + feats.numel()].reshape(shape)
             self._free[(j + self.slots) % self.workers].release()  # for batch j + slots
             yield planner.finish(planner.source.assemble(idx, feats), item)
+            if self._run != run:
+                raise RuntimeError("a reader pool reads one epoch at a time: another epoch of "
+                                   "the same batches was started while this one was unfinished")
         self._running = False
 
-    def _await(self, j: int, slot: int) -> None:
-        """Wait until batch ``j`` is in ``slot``; raise its worker's error, or if the worker
-        died."""
+    def _await(self, j: int, slot: int, shape: tuple[int, int, int], first: int) -> None:
+        """Wait until batch ``j`` (``shape``, utterance ``first`` first) is in ``slot``;
+        raise its worker's error, or if the worker died."""
         assert self._header is not None
+        filled = self._filled[slot]
         pause, checked = 2e-5, time.monotonic()
-        while True:
-            with self._lock:
-                flag = int(self._header[slot])
-            if flag == j + 1:
-                return
-            if flag == -(j + 1):
-                raise self._error(j % self.workers)
+        while not filled.acquire(False):
             now = time.monotonic()
             if now - checked > 0.05:
                 checked = now
                 self._check_alive(j % self.workers, f"before batch {j} was read")
             time.sleep(pause)
             pause = min(2 * pause, 1e-3)
+        flag, size, length, index = self._header[slot * _SLOT_HEADER:(slot + 1) * _SLOT_HEADER]
+        if flag == -(j + 1):
+            raise self._error(j % self.workers)
+        if flag != j + 1 or (size, length, index) != (shape[0], shape[1], first):
+            self.close()
+            raise RuntimeError(f"the batch-reading worker filled slot {slot} with batch "
+                               f"{flag - 1} ({size}x{length}, utterance {index} first) where "
+                               f"the plan has batch {j} ({shape[0]}x{shape[1]}, utterance "
+                               f"{first} first): the planner changed after the workers started")
 
     def _check_alive(self, w: int, when: str) -> None:
         proc = self._procs[w]
@@ -333,7 +355,11 @@ class ReaderPool:
 
     def _error(self, w: int) -> BaseException:
         while True:
-            message = self._replies[w].recv()
+            try:
+                message = self._replies[w].recv()
+            except Exception as err:  # noqa: BLE001  an error that does not unpickle here
+                return RuntimeError(f"the batch-reading worker failed and its error could not "
+                                    f"be received ({type(err).__name__}: {err})")
             if message[0] == "error" and message[1] == self._run:
                 _, _, error, trace = message
                 if not isinstance(error, UserError) and trace:
@@ -342,24 +368,29 @@ class ReaderPool:
 
     def _settle(self) -> None:
         """Wait until every worker has finished the previous run (cancelling it first if
-        the consumer left it early), then take back the free-slot tokens it left."""
+        the consumer left it early), then take back the semaphore tokens it left. If this
+        is interrupted, the workers are stopped (the next run forks new ones)."""
         if not self._pending:
             return
-        if self._running:
-            with self._lock:
-                self._header[self.slots] = -self._run  # type: ignore[index]
-            for free in self._free:
-                free.release()  # wakes a worker waiting for a slot
-        for w, replies in enumerate(self._replies):
-            while True:
-                while not replies.poll(0.05):
-                    self._check_alive(w, "while finishing an epoch")
-                message = replies.recv()
-                if message[0] == "done" and message[1] == self._run:
-                    break
-        for free in self._free:
-            while free.acquire(False):
-                pass
+        assert self._header is not None
+        try:
+            if self._running:
+                self._header[-1] = -self._run
+                for free in self._free:
+                    free.release()  # wakes a worker waiting for a slot, to see the cancel
+            for w, replies in enumerate(self._replies):
+                while True:
+                    while not replies.poll(0.05):
+                        self._check_alive(w, "while finishing an epoch")
+                    message = replies.recv()
+                    if message[0] == "done" and message[1] == self._run:
+                        break
+            for sem in (*self._free, *self._filled):
+                while sem.acquire(False):
+                    pass
+        except BaseException:
+            self.close()
+            raise
         self._pending = self._running = False
 
     def close(self) -> None:
@@ -367,7 +398,8 @@ class ReaderPool:
         _kill(self._procs)
         for conn in (*self._commands, *self._replies):
             conn.close()
-        self._procs, self._commands, self._replies, self._free = [], [], [], []
+        self._procs, self._commands, self._replies = [], [], []
+        self._free, self._filled = [], []
         self._header = self._data = None
         if self._ring is not None:
             try:
@@ -391,50 +423,49 @@ def _serve(pool: ReaderPool, worker: int, commands: Any, replies: Any, parent: i
     # The collector would touch every object inherited from the learner (copying its
     # pages) and could run their finalizers here; this loop makes no garbage cycles.
     gc.disable()
-    header, data, lock, free = pool._header, pool._data, pool._lock, pool._free[worker]
+    header, data, free = pool._header, pool._data, pool._free[worker]
     assert header is not None and data is not None
     planner, slots, workers = pool.planner, pool.slots, pool.workers
     reader = planner.source.reader()
-
-    def current(run: int) -> bool:
-        with lock:
-            return int(header[slots]) == run
-
     while True:
-        while not commands.poll(0.5):
-            if os.getppid() != parent:  # the learner is gone
-                return
-        run, epoch, start = commands.recv()
+        try:
+            while not commands.poll(0.5):
+                if os.getppid() != parent:  # the learner is gone
+                    return
+            run, epoch, start = commands.recv()
+        except (EOFError, OSError):  # the learner closed the pool or is gone
+            return
         for j, item in enumerate(planner.plan(epoch, start=start)):
             if j % workers != worker:
                 continue
             while not free.acquire(timeout=0.5):  # the consumer has not taken batch j - slots
                 if os.getppid() != parent:
                     return
-            if not current(run):  # cancelled
+            if header[-1] != run:  # cancelled
                 break
+            slot = j % slots
+            error = None
             try:
                 idx = planner.share(item)
-                shape = planner.source.batch_shape(idx)
-                size = shape[0] * shape[1] * shape[2]
-                if size > pool.slot_floats:
-                    raise RuntimeError(f"batch {j} needs {size} floats, the ring's slots hold "
-                                       f"{pool.slot_floats}")
-                at = (j % slots) * pool.slot_floats
-                reader.fill(idx, data[at:at + size].reshape(shape))
-                flag = j + 1
+                b, t, d = planner.source.batch_shape(idx)
+                if b * t * d > pool.slot_floats:
+                    raise RuntimeError(f"batch {j} needs {b * t * d} floats, the ring's slots "
+                                       f"hold {pool.slot_floats}")
+                at = slot * pool.slot_floats
+                reader.fill(idx, data[at:at + b * t * d].reshape(b, t, d))
+                header[slot * _SLOT_HEADER:(slot + 1) * _SLOT_HEADER] = (j + 1, b, t, idx[0])
             except BaseException as err:  # noqa: BLE001 (handed to the consumer)
-                _send_error(replies, run, err)
-                flag = -(j + 1)
-            with lock:
-                header[j % slots] = flag
-            if flag < 0:
+                error = err
+                header[slot * _SLOT_HEADER] = -(j + 1)
+            pool._filled[slot].release()
+            if error is not None:  # after the post: a large error may fill the pipe
+                _send_error(replies, run, error)
                 break
         replies.send(("done", run))
 
 
 def _send_error(replies: Any, run: int, err: BaseException) -> None:
-    trace = "" if isinstance(err, UserError) else traceback.format_exc()
+    trace = "" if isinstance(err, UserError) else "".join(traceback.format_exception(err))
     try:
         replies.send(("error", run, err, trace))
     except Exception:  # noqa: BLE001  an exception that does not pickle

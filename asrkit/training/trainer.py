@@ -345,12 +345,14 @@ class Trainer:
         self.model.eval()
         pool = self.dev_batches.pool
         outside_fit = pool is not None and not pool.started  # fit() starts and stops it
-        with contextlib.closing(self.dev_batches.epoch(0)) as batches:
-            sums = self.objective.accumulate(
-                self.model, (b.to(self.device) for b in batches), tokenizer=self.tokenizer,
-                texts=self.dev_texts)
-        if outside_fit:
-            self.dev_batches.close()
+        try:
+            with contextlib.closing(self.dev_batches.epoch(0)) as batches:
+                sums = self.objective.accumulate(
+                    self.model, (b.to(self.device) for b in batches), tokenizer=self.tokenizer,
+                    texts=self.dev_texts)
+        finally:
+            if outside_fit:
+                self.dev_batches.close()
         metrics = self.objective.metrics(self.hooks.reduce_sums(sums))
         # Every learner validated at once: no training progress was made meanwhile.
         self.hooks.paused(time.monotonic() - began)
