@@ -62,9 +62,7 @@ class StrategyConfig:
         staleness: delay-by-one: steps between starting an exchange and merging it (0 or 1).
         mix_weight: delay-by-one: weight ``w`` of the merged partner difference,
             ``x += w (x_j - x_i)``; 0 = automatic: 1/2 with staleness 0 (an exact pair
-            average), 1/8 with staleness 1 (with 1/2 a stale pair's difference follows
-            ``d(k+1) = d(k) - d(k-1)`` and never decays; 1/8 damps it critically, halving
-            it every step — see :mod:`asrkit.distributed.delay_by_one`).
+            average), 1/8 with staleness 1 (why: :mod:`asrkit.distributed.delay_by_one`).
         group_size: HYBRID: learners per all-reduce group (divides the learner count).
         straggler: simulated slow learners.
     """

@@ -125,7 +125,7 @@ class FrameCEObjective(Objective):
                               "model.num_classes to the number of alignment classes")
         if batch.frame_targets is None:
             raise ConfigError("objective=ce needs alignment targets; set align.train and "
-                              "align.dev (see README: Alignment targets)")
+                              "align.dev (see docs/alignments-and-kaldi.md)")
         logits = out["frame"][:, : batch.frame_targets.shape[1]]
         return logits, out["lengths"]
 
