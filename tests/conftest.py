@@ -1,95 +1,12 @@
-"""Shared fixtures: seeded synthetic audio laid out like the real corpora."""
+"""Shared fixtures (the helpers they use live in :mod:`tests.helpers`)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile
 
-from asrkit.data import DataDir, write_data_dir
-
-REPO = Path(__file__).resolve().parent.parent
-SHARED_AN4 = REPO.parent / "shared" / "data" / "an4"
-
-
-def tone(seed: int, seconds: float = 0.4, rate: int = 16000) -> np.ndarray:
-    """Seeded int16 audio: a chirp plus noise, loud enough for non-trivial features."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * rate)) / rate
-    freq = 200 + 100 * (seed % 7)
-    signal = 6000 * np.sin(2 * np.pi * freq * t * (1 + t)) + rng.normal(0, 500, t.size)
-    return np.clip(signal, -32768, 32767).astype(np.int16)
-
-
-def make_an4_corpus(root: Path, layout: str) -> Path:
-    """A 9-utterance corpus in AN4's layout: ``raw`` (big-endian PCM) or ``sphere``.
-
-    Train: speakers fabc (3 utts), mxyz (4 utts); test: speaker fqqq (2 utts).
-    """
-    words = ["YES", "NO", "GO", "A B C", "TWO", "ERASE F", "NINE", "RUBOUT", "STOP"]
-    sets = {"an4_clstk": [("fabc", 3), ("mxyz", 4)], "an4test_clstk": [("fqqq", 2)]}
-    n = 0
-    for folder, speakers in sets.items():
-        stem = "an4_train" if folder == "an4_clstk" else "an4_test"
-        trans, ids = [], []
-        for spk, count in speakers:
-            (root / "wav" / folder / spk).mkdir(parents=True, exist_ok=True)
-            for _ in range(count):
-                corpus_id = f"an{100 + n}-{spk}-b"
-                audio = tone(n)
-                base = root / "wav" / folder / spk / corpus_id
-                if layout == "raw":
-                    base.with_suffix(".raw").write_bytes(audio.astype(">i2").tobytes())
-                else:
-                    soundfile.write(base.with_suffix(".sph"), audio, 16000, format="NIST",
-                                    subtype="PCM_16")
-                marks = ("<s> ", " </s>") if folder == "an4_clstk" else ("", "")
-                trans.append(f"{marks[0]}{words[n]}{marks[1]} ({corpus_id})")
-                ids.append(f"{folder}/{spk}/{corpus_id}")
-                n += 1
-        (root / "etc").mkdir(parents=True, exist_ok=True)
-        (root / "etc" / f"{stem}.transcription").write_text("\n".join(trans) + "\n")
-        (root / "etc" / f"{stem}.fileids").write_text("\n".join(ids) + "\n")
-    return root
-
-
-def make_data_dir(path: Path, *, utts: int = 4, rate: int = 16000, seed: int = 0) -> DataDir:
-    """A valid Kaldi data dir of ``utts`` wav files (two speakers)."""
-    audio_dir = path / "audio"
-    audio_dir.mkdir(parents=True, exist_ok=True)
-    wav_scp, text, utt2spk = {}, {}, {}
-    for i in range(utts):
-        spk = "spk1" if i < utts // 2 else "spk2"
-        utt = f"{spk}-utt{i}"
-        wav = audio_dir / f"{utt}.wav"
-        soundfile.write(wav, tone(seed + i, rate=rate), rate, subtype="PCM_16")
-        wav_scp[utt], text[utt], utt2spk[utt] = str(wav), f"WORD{i} HELLO", spk
-    data = DataDir(wav_scp=wav_scp, utt2spk=utt2spk, text=text)
-    write_data_dir(path, data)
-    return data
-
-
-def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m asrkit ARGS`` in a subprocess (how users meet the CLI)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "asrkit", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
-
-
-def tiny_recipe(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    """Stages 2-5 of the recipe on seeded train/train_dev/test dirs of 6 utterances each,
-    with the tiny model for 2 epochs (``extra``: more overrides)."""
-    for i, name in enumerate(("train", "train_dev", "test")):
-        make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
-    return run_cli("run", "--stage", "2", "--stop-stage", "5", f"data_root={tmp_path / 'data'}",
-                   f"feats_root={tmp_path / 'fbank'}", f"exp_dir={tmp_path / 'exp'}",
-                   "features.nj=1", "model=tiny", "train.epochs=2", "train.progress=false",
-                   "features.num_mel_bins=23", *extra)
+from tests.helpers import make_data_dir
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from asrkit.cli.main import main
 from asrkit.data.datadir import read_kaldi_map, write_kaldi_map
 from asrkit.data.kaldi_ark import write_ark
 from asrkit.data.kaldi_table import read_matrices
-from tests.conftest import make_data_dir, run_cli, tone
+from tests.helpers import make_data_dir, run_cli, tone
 
 SETS = ("train", "train_dev", "test")
 #: The smallest settings that run every stage: 23 mel bins, the tiny BLSTM, one epoch.

@@ -15,7 +15,7 @@ from asrkit.errors import ConfigError
 from asrkit.lm.ngram import estimate_kneser_ney, write_arpa
 from asrkit.scoring import score_texts
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
-from tests.conftest import make_data_dir, run_cli, tiny_recipe
+from tests.helpers import make_data_dir, run_cli, tiny_recipe
 
 TEXTS = {"a-1": "TWO THREE", "a-2": "ONE TWO", "b-1": "THREE ONE TWO", "b-2": "GO", "b-3": "NO GO"}
 

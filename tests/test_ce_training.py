@@ -28,7 +28,7 @@ from asrkit.training.data import Utterance, collate
 from asrkit.training.objectives import FrameCEObjective, build_objective
 from asrkit.training.stream import attach_alignments
 from asrkit.training.trainer import Trainer
-from tests.conftest import make_data_dir, run_cli
+from tests.helpers import make_data_dir, run_cli
 
 TEXTS = {"a-1": "A B C", "a-2": "TWO THREE", "b-1": "YES NO", "b-2": "ERASE F G", "b-3": "GO"}
 

@@ -8,7 +8,7 @@ import pytest
 
 from asrkit.data import read_data_dir, read_kaldi_map, validate_data_dir, write_kaldi_map
 from asrkit.errors import DataError
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def test_round_trip_is_sorted_and_consistent(data_dir: Path) -> None:

@@ -13,8 +13,8 @@ import torch
 
 from asrkit.distributed.config import StrategyConfig
 from asrkit.targets import TokenizerConfig, train_tokenizer
-from tests.conftest import REPO
 from tests.distributed_learner import make_trainer
+from tests.helpers import REPO
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(240)]
 
@@ -152,7 +152,7 @@ def test_sharded_validation_equals_one_learner_scoring_the_whole_dev_set(tmp_pat
 
 def test_recipe_stage_launches_learners_with_torchrun(tmp_path: Path) -> None:
     """`run --stage 4 strategy=... strategy.learners=2` starts torchrun itself."""
-    from tests.conftest import tiny_recipe
+    from tests.helpers import tiny_recipe
 
     result = tiny_recipe(tmp_path, "strategy=adpsgd", "strategy.learners=2",
                          f"strategy.master_port={_free_port()}", "strategy.timeout_s=60")

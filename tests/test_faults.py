@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO, make_data_dir
+from tests.helpers import REPO, make_data_dir
 from tests.test_distributed import _free_port
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(300)]

@@ -22,7 +22,7 @@ from asrkit.features import (
     extract,
     read_cmvn,
 )
-from tests.conftest import make_data_dir, tone
+from tests.helpers import make_data_dir, tone
 
 
 def test_fbank_matches_torchaudio_kaldi_with_explicit_settings() -> None:

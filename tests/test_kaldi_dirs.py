@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from tests.conftest import make_data_dir, run_cli
+from tests.helpers import make_data_dir, run_cli
 
 
 def _snapshot(root: Path) -> dict[str, str]:

@@ -27,7 +27,7 @@ from asrkit.features.cmvn import cmvn_stats, read_cmvn
 from asrkit.training.data import CmvnNormalizer
 from asrkit.training.stream import load_utterances
 from tests import kaldi_fixtures as fx
-from tests.conftest import make_data_dir
+from tests.helpers import make_data_dir
 
 
 def _scp(path: Path, ark: Path, offsets: dict[str, int], suffix: str = "") -> Path:

@@ -11,7 +11,7 @@ from asrkit.decoding.beam import spell, write_lexicon
 from asrkit.errors import ConfigError, DataError
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
 from asrkit.targets.phones import read_pronunciations
-from tests.conftest import tiny_recipe
+from tests.helpers import tiny_recipe
 
 LEXICON = """A\tAH0
 A\tEY1

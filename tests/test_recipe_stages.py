@@ -12,7 +12,7 @@ from asrkit.data.datadir import read_kaldi_map
 from asrkit.data.kaldi_ark import kaldi_io
 from asrkit.data.kaldi_table import read_matrices
 from asrkit.targets.alignments import read_alignments, read_frame_counts
-from tests.conftest import SHARED_AN4, make_data_dir, run_cli, tiny_recipe
+from tests.helpers import SHARED_AN4, make_data_dir, run_cli, tiny_recipe
 
 
 def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:

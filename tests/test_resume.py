@@ -16,8 +16,8 @@ from asrkit.distributed.config import StrategyConfig
 from asrkit.errors import ConfigError
 from asrkit.targets import TokenizerConfig, train_tokenizer
 from asrkit.training.resume import FaultInjection, ResumeStore, common_tag
-from tests.conftest import REPO
 from tests.distributed_learner import make_trainer
+from tests.helpers import REPO
 
 
 def _state(epoch: int, batch: int, value: float) -> dict:

@@ -14,7 +14,7 @@ import soundfile
 from asrkit.data.audio import load_audio
 from asrkit.data.datadir import read_kaldi_map, validate_data_dir
 from asrkit.errors import DataError
-from tests.conftest import REPO, run_cli, tone
+from tests.helpers import REPO, run_cli, tone
 
 PREP = REPO / "recipes" / "speechocean762" / "local" / "data_prep.py"
 NUMBERS = ["ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE"]

@@ -12,7 +12,7 @@ from asrkit.cli.main import main
 from asrkit.data import read_data_dir
 from asrkit.data.kaldi_ark import kaldi_io
 from asrkit.stages import STAGES
-from tests.conftest import SHARED_AN4, make_an4_corpus, run_cli
+from tests.helpers import SHARED_AN4, make_an4_corpus, run_cli
 
 
 def _dirs(tmp_path: Path) -> list[str]:
