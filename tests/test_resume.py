@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.launch import context_from_env
 from asrkit.errors import ConfigError
 from asrkit.targets import TokenizerConfig, train_tokenizer
 from asrkit.training.resume import FaultInjection, ResumeStore, common_tag
@@ -77,11 +78,16 @@ def test_learners_agree_on_the_newest_state_they_all_hold() -> None:
 
 
 def test_fault_injection_kills_only_the_named_learner_on_its_first_attempt() -> None:
-    assert FaultInjection(1, {"ASRKIT_FAULT_KILL": "1:5"}).step == 5
-    assert FaultInjection(0, {"ASRKIT_FAULT_KILL": "1:5"}).step is None
-    assert FaultInjection(1, {"ASRKIT_FAULT_KILL": "1:5", "TORCHELASTIC_RESTART_COUNT": "1"}).step is None
-    assert FaultInjection(1, {}).step is None
-    assert FaultInjection(1, {"ASRKIT_FAULT_KILL": "1:epoch2"}).epoch == 2
+    ctx = context_from_env(torch.device("cpu"), environ={"ASRKIT_FAULT_KILL": "1:5"})
+    assert ctx.fault_kill == "1:5" and ctx.restart == 0
+    assert FaultInjection.parse(ctx.fault_kill, rank=1).step == 5
+    assert FaultInjection.parse("1:5", rank=0) is None
+    restarted = context_from_env(torch.device("cpu"), environ={
+        "ASRKIT_FAULT_KILL": "1:5", "TORCHELASTIC_RESTART_COUNT": "1", "RANK": "1", "WORLD_SIZE": "2"})
+    assert restarted.restart == 1
+    assert FaultInjection.parse(restarted.fault_kill, rank=1, restart=restarted.restart) is None
+    assert FaultInjection.parse("", rank=1) is None
+    assert FaultInjection.parse("1:epoch2", rank=1).epoch == 2
 
 
 class _Interrupted(Exception):
@@ -105,10 +111,11 @@ def _run(out: Path, *, resume: str = "auto", stop_at: int | None = None, epochs:
     trainer = make_trainer(out, StrategyConfig(), lr=0.05, epochs=epochs, resume=resume,
                            save_every=2, randomness=True)
     if stop_at is not None:
-        def die(step: int, epoch: int) -> None:
-            if step == stop_at:
-                raise _Interrupted
-        trainer.fault.after_step = die
+        class Die(FaultInjection):
+            def after_step(self, step: int, epoch: int = 0) -> None:
+                if step == stop_at:
+                    raise _Interrupted
+        trainer.fault = Die()
         with pytest.raises(_Interrupted):
             trainer.fit()
         return trainer

@@ -1,7 +1,8 @@
 """Learner processes: launching them with torchrun and joining the process group.
 
-The environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ...) is
-read here and nowhere else: :func:`context_from_env` turns it into a
+The environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``TORCHELASTIC_RESTART_COUNT``, ...) and the test-only ``ASRKIT_FAULT_KILL`` are read here
+and nowhere else in the library: :func:`context_from_env` turns them into a
 :class:`DistContext` that is passed down explicitly.
 """
 
@@ -33,6 +34,10 @@ class DistContext:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     backend: str = "gloo"
+    #: torchrun's restarts of this learner so far (0: the first attempt).
+    restart: int = 0
+    #: The fault-tolerance tests' ``ASRKIT_FAULT_KILL`` (:class:`~asrkit.training.resume.FaultInjection`).
+    fault_kill: str = ""
 
     @property
     def is_main(self) -> bool:
@@ -47,8 +52,10 @@ def under_torchrun(environ: Mapping[str, str] = os.environ) -> bool:
 def context_from_env(device: torch.device, *, backend: str = "auto",
                      environ: Mapping[str, str] = os.environ) -> DistContext:
     """The learner's rank, world size and device from torchrun's environment."""
+    restart = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    fault_kill = environ.get("ASRKIT_FAULT_KILL", "")
     if not under_torchrun(environ):
-        return DistContext(device=device, backend="gloo")
+        return DistContext(device=device, backend="gloo", fault_kill=fault_kill)
     rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
     local = int(environ.get("LOCAL_RANK", "0"))
     if device.type == "cuda":
@@ -56,7 +63,13 @@ def context_from_env(device: torch.device, *, backend: str = "auto",
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
     return DistContext(rank=rank, world_size=world, local_rank=local, device=device,
-                       backend=backend)
+                       backend=backend, restart=restart, fault_kill=fault_kill)
+
+
+def launched_rank(environ: Mapping[str, str] = os.environ) -> str:
+    """This process's rank as torchrun set it (``"0"`` outside torchrun), for messages and
+    for a user's own ``torchrun -m asrkit run`` (only rank 0 writes stage records)."""
+    return environ.get("RANK", "0")
 
 
 def init_process_group(ctx: DistContext, *, timeout_s: float) -> None:

@@ -8,7 +8,6 @@ run that launched it.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from asrkit.config import AsrkitConfig
-from asrkit.distributed.launch import context_from_env
+from asrkit.distributed.launch import context_from_env, launched_rank
 from asrkit.errors import UserError
 from asrkit.stages.train import train_learner
 from asrkit.training.trainer import pick_device
@@ -42,7 +41,7 @@ def main(argv: list[str]) -> int:
     except (dist.DistError, RuntimeError) as err:
         # Usually the consequence of another learner dying: say so in one line.
         first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
-        print(f"asrkit: error: learner {os.environ.get('RANK', '?')}: communication failed "
+        print(f"asrkit: error: learner {launched_rank()}: communication failed "
               f"({first}); look for the first learner that failed in the log", file=sys.stderr)
         return 1
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from asrkit.config import AsrkitConfig, settings_hash, to_object
 from asrkit.data.io import atomic_write
+from asrkit.distributed.launch import launched_rank
 from asrkit.errors import ConfigError
 
 log = logging.getLogger("asrkit.stages")
@@ -164,7 +164,7 @@ def run_stages(
             began = time.monotonic()
             current.run(ctx)
             seconds = time.monotonic() - began
-            if current.record and typed.strategy.node_rank == 0 and _is_main_process():
+            if current.record and typed.strategy.node_rank == 0 and launched_rank() == "0":
                 atomic_write(record, json.dumps(
                     {"stage": current.number, "name": current.name, "settings_hash": digest,
                      "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -173,11 +173,6 @@ def run_stages(
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
-
-
-def _is_main_process() -> bool:
-    """False in the non-zero ranks of a user's own ``torchrun -m asrkit run``."""
-    return os.environ.get("RANK", "0") == "0"
 
 
 def _log_file(exp_dir: Path) -> Path:

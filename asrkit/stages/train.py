@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from asrkit.training.checkpoint import (
 )
 from asrkit.training.data import CmvnNormalizer
 from asrkit.training.objectives import build_objective
+from asrkit.training.resume import FaultInjection
 from asrkit.training.stream import (
     InMemorySource,
     UtteranceSource,
@@ -138,7 +138,9 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     trainer = Trainer(model, train_set, dev_set, tokenizer=tokenizer, exp_dir=exp_dir,
                       cfg=cfg.train, optim=cfg.optim, schedule=cfg.schedule, specaug=cfg.specaug,
                       meta=meta, hooks=hooks, seed=cfg.seed, objective=objective,
-                      resume=_resume_mode(cfg.resume),
+                      resume=_resume_mode(cfg.resume, restart=dctx.restart),
+                      fault=FaultInjection.parse(dctx.fault_kill, rank=dctx.rank,
+                                                 restart=dctx.restart),
                       resume_key=settings_hash(cfg, stage_settings(4))[0])
     try:
         state = trainer.fit()
@@ -175,10 +177,10 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
              metric, state.best[metric], state.best["epoch"])
 
 
-def _resume_mode(setting: str) -> str:
+def _resume_mode(setting: str, *, restart: int) -> str:
     """``resume``, except that a learner torchrun restarted after a failure always resumes
     (``resume=false``, as ``--force`` sets it, means the run's first attempt starts over)."""
-    if setting == "false" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+    if setting == "false" and restart:
         return "auto"
     return setting
 

@@ -103,24 +103,27 @@ def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
 
 
 class FaultInjection:
-    """``ASRKIT_FAULT_KILL=<rank>:<step>``: learner ``rank`` kills itself with SIGKILL right
-    after optimizer step ``step``; ``<rank>:epoch<e>``: after its first step of epoch ``e``
-    (1-based; for ADPSGD, whose learners take varying numbers of steps). On the first
-    attempt only: torchrun's restarts, and reruns with the variable unset, go on. Used by
-    the fault-tolerance tests."""
+    """A test-only hook of the fault-tolerance tests: learner ``rank`` kills itself with
+    SIGKILL right after optimizer step ``step``, or after its first step of epoch ``epoch``
+    (1-based; for ADPSGD, whose learners take varying numbers of steps). The trainer runs
+    it only when given one (:meth:`parse` of ``ASRKIT_FAULT_KILL``)."""
 
-    def __init__(self, rank: int, environ: dict[str, str] | None = None) -> None:
-        env = os.environ if environ is None else environ
-        spec = env.get("ASRKIT_FAULT_KILL", "")
-        self.step: int | None = None
-        self.epoch: int | None = None
-        if spec and env.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
-            who, _, when = spec.partition(":")
-            if int(who) == rank:
-                if when.startswith("epoch"):
-                    self.epoch = int(when[len("epoch"):])
-                else:
-                    self.step = int(when)
+    def __init__(self, *, step: int | None = None, epoch: int | None = None) -> None:
+        self.step, self.epoch = step, epoch
+
+    @classmethod
+    def parse(cls, spec: str, *, rank: int, restart: int = 0) -> FaultInjection | None:
+        """``<rank>:<step>`` or ``<rank>:epoch<e>`` (``ASRKIT_FAULT_KILL``, read by
+        :func:`asrkit.distributed.launch.context_from_env`): the fault for learner ``rank``,
+        on the first attempt only (torchrun's restarts, and runs without the spec, go on)."""
+        if not spec or restart:
+            return None
+        who, _, when = spec.partition(":")
+        if int(who) != rank:
+            return None
+        if when.startswith("epoch"):
+            return cls(epoch=int(when[len("epoch"):]))
+        return cls(step=int(when))
 
     def after_step(self, step: int, epoch: int = 0) -> None:
         """After optimizer step ``step`` (counted from 1) of epoch ``epoch`` (from 0)."""

@@ -207,7 +207,7 @@ class Trainer:
                  schedule: ScheduleConfig, specaug: SpecAugConfig, meta: dict[str, Any],
                  hooks: TrainHooks | None = None, seed: int = 1,
                  objective: Objective | None = None, resume: str = "false",
-                 resume_key: str = "") -> None:
+                 resume_key: str = "", fault: FaultInjection | None = None) -> None:
         cfg.check()
         self.resume, self.resume_key = check_resume_mode(resume), resume_key
         self.cfg, self.specaug, self.meta, self.seed = cfg, specaug, meta, seed
@@ -235,7 +235,7 @@ class Trainer:
         self._writer = None
         self.last_dev: dict[str, float] = {}
         self.store = ResumeStore(self.exp_dir / "checkpoints" / "resume", self.hooks.rank)
-        self.fault = FaultInjection(self.hooks.rank)
+        self.fault = fault
 
     def fit(self) -> TrainState:
         """Train for ``cfg.epochs`` epochs, validating and checkpointing after each
@@ -305,7 +305,8 @@ class Trainer:
             self.state.step += 1
             self.state.samples += len(batch.utts)
             self.hooks.after_step(model, self.state)
-            self.fault.after_step(self.state.step, epoch)
+            if self.fault is not None:
+                self.fault.after_step(self.state.step, epoch)
             if every and index % every == 0 and index < len(self.batches):
                 self.save_resume_state((epoch, index))
             frames += batch.frames
