@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 from asrkit.config import compose, to_object
+from asrkit.device import pick_device
 from asrkit.distributed.launch import context_from_env
 from asrkit.stages.train import train_learner
-from asrkit.training.trainer import pick_device
 
 
 def main(argv: list[str]) -> int:

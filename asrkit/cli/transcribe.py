@@ -8,9 +8,9 @@ import numpy as np
 
 from asrkit.data.audio import load_audio_file
 from asrkit.decoding.recognizer import Recognizer, check_exp_dir
+from asrkit.device import pick_device
 from asrkit.errors import ConfigError
 from asrkit.training.data import Utterance
-from asrkit.training.trainer import pick_device
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -15,10 +15,10 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from asrkit.config import AsrkitConfig
+from asrkit.device import pick_device
 from asrkit.distributed.launch import context_from_env, launched_rank
 from asrkit.errors import UserError
 from asrkit.stages.train import train_learner
-from asrkit.training.trainer import pick_device
 
 
 def main(argv: list[str]) -> int:

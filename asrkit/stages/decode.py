@@ -17,12 +17,12 @@ from pathlib import Path
 from asrkit.data.io import atomic_write
 from asrkit.decoding.beam import BeamSearch, lexicon_words
 from asrkit.decoding.recognizer import Recognizer, check_exp_dir, write_and_score
+from asrkit.device import pick_device
 from asrkit.errors import ConfigError, DataError
 from asrkit.scoring import score_texts
 from asrkit.scoring.wer import read_text
 from asrkit.stages.data import load_prep_module
 from asrkit.stages.registry import StageContext, stage
-from asrkit.training.trainer import pick_device
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from asrkit.config import AsrkitConfig, settings_hash
 from asrkit.data.datadir import read_frame_shift
 from asrkit.data.io import atomic_write, atomic_writer
+from asrkit.device import pick_device
 from asrkit.distributed.launch import (
     DistContext,
     check_world,
@@ -52,7 +53,7 @@ from asrkit.training.stream import (
     attach_alignments,
     open_data_dir,
 )
-from asrkit.training.trainer import Trainer, pick_device
+from asrkit.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 

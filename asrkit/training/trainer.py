@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from asrkit.device import pick_device
 from asrkit.errors import ConfigError
 from asrkit.models.lstm import LSTMAcousticModel
 from asrkit.targets.tokenizer import Tokenizer
@@ -169,15 +170,6 @@ def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.o
                                nesterov=cfg.nesterov and cfg.momentum > 0,
                                weight_decay=cfg.weight_decay)
     raise ConfigError(f"optim.name={cfg.name!r} is unknown; choose adam or sgd")
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device cuda was asked for but no CUDA device is visible; use the CPU "
-                          "(train.device=auto or cpu, --device cpu)")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 class Trainer:
