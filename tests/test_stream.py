@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -232,27 +233,35 @@ def test_a_read_error_reaches_the_consumer_at_its_batch() -> None:
     assert got == [0, 1, 2]
 
 
-def _tiny_source(utts: int = 10) -> InMemorySource:
+def _tiny_source(utts: int = 10, *, on_read: Callable[[str], None] | None = None) -> InMemorySource:
+    """Utterances u0..u9 in memory (u9 longest); ``on_read(utt)`` runs in the reader before
+    each utterance is read (in a worker process when one reads)."""
     rng = np.random.default_rng(0)
-    return InMemorySource([Utterance(f"u{k}", rng.standard_normal((5 + k, DIM)).astype(np.float32),
-                                     np.array([1, 2], dtype=np.int64)) for k in range(utts)])
+    source = InMemorySource([Utterance(f"u{k}", rng.standard_normal((5 + k, DIM)).astype(np.float32),
+                                       np.array([1, 2], dtype=np.int64)) for k in range(utts)])
+    if on_read is not None:
+        inner_reader = source.reader
+
+        class Watched(UtteranceReader):
+            def __init__(self) -> None:
+                self.source, self.inner = source, inner_reader()
+
+            def read(self, indices):  # noqa: ANN001, ANN202
+                for i in indices:
+                    on_read(source.ids[i])
+                return self.inner.read(indices)
+
+        source.reader = Watched  # type: ignore[method-assign]
+    return source
 
 
 @pytest.mark.parametrize("loader", ["thread", "process"])
 def test_a_worker_read_error_reaches_the_consumer_at_its_batch(loader: str) -> None:
-    source = _tiny_source()
-    inner_reader = source.reader
+    def fail(utt: str) -> None:
+        if utt == "u3":
+            raise DataError("feats.scp: utterance 'u3' at a.ark:1234: cannot read features")
 
-    class Failing(UtteranceReader):
-        def __init__(self) -> None:
-            self.source, self.inner = source, inner_reader()
-
-        def read(self, indices):  # noqa: ANN001, ANN202
-            if any(source.ids[i] == "u3" for i in indices):
-                raise DataError("feats.scp: utterance 'u3' at a.ark:1234: cannot read features")
-            return self.inner.read(indices)
-
-    source.reader = Failing  # type: ignore[method-assign]
+    source = _tiny_source(on_read=fail)
     got: list[str] = []
     with BucketBatches(source, max_frames=1000, max_batch=1, shuffle=False, prefetch=3,
                        workers=2, loader=loader) as batches:
@@ -269,19 +278,11 @@ def test_a_worker_read_error_reaches_the_consumer_at_its_batch(loader: str) -> N
 
 @pytest.mark.skipif(not can_fork(), reason="worker processes need fork")
 def test_a_dead_reading_worker_stops_the_consumer_instead_of_hanging() -> None:
-    source = _tiny_source()
-    inner_reader = source.reader
+    def die(utt: str) -> None:
+        if utt == "u5":
+            os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
 
-    class Dying(UtteranceReader):
-        def __init__(self) -> None:
-            self.source, self.inner = source, inner_reader()
-
-        def read(self, indices):  # noqa: ANN001, ANN202
-            if any(source.ids[i] == "u5" for i in indices):
-                os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
-            return self.inner.read(indices)
-
-    source.reader = Dying  # type: ignore[method-assign]
+    source = _tiny_source(on_read=die)
     got: list[str] = []
     with BucketBatches(source, max_frames=1000, max_batch=1, shuffle=False, prefetch=2,
                        loader="process") as batches, \
