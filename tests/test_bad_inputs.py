@@ -508,6 +508,22 @@ def _(w: Work):
         str(model), "cannot load checkpoint", "retrain or restore it"]
 
 
+@case("transcribe-beam-lm-never-tuned")
+def _(w: Work):
+    w.trained()
+    (w.exp / "decoding.json").unlink(missing_ok=True)
+    return Run(["transcribe", str(w.exp), str(w.audio("spk1-utt0")), "--decode", "beam_lm"]), [
+        str(w.exp / "decoding.json"), "no beam_lm settings", "decode=beam_lm first"]
+
+
+@case("transcribe-decoding-settings-corrupt")
+def _(w: Work):
+    w.trained()
+    (w.exp / "decoding.json").write_text("{ not json")
+    return Run(["transcribe", str(w.exp), str(w.audio("spk1-utt0"))]), [
+        str(w.exp / "decoding.json"), "unreadable decoding settings", "rerun stage 5"]
+
+
 @case("transcribe-model-is-a-tensor")
 def _(w: Work):
     w.trained()

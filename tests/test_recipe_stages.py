@@ -43,15 +43,40 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     assert [ln for ln in again.stdout.splitlines() if "%WER" in ln] == \
         [ln for ln in result.stdout.splitlines() if "%WER" in ln]
 
-    hyp = read_kaldi_map(exp / "decode_test" / "hyp", allow_empty_value=True)
+    # transcribe: by default the search stage 5 tuned (beam + LM), or greedy on request;
+    # each gives exactly the decoding stage's transcripts.
     wav_scp = read_kaldi_map(tmp_path / "data" / "test" / "wav.scp")
-    out = run_cli("transcribe", str(exp), *wav_scp.values())
+    assert json.loads((exp / "decoding.json").read_text())["method"] == "beam_lm"
+    for options, folder in (([], "decode_beam_lm_test"), (["--decode", "greedy"], "decode_test")):
+        hyp = read_kaldi_map(exp / folder / "hyp", allow_empty_value=True)
+        out = run_cli("transcribe", str(exp), *wav_scp.values(), *options,
+                      "--ctm", str(tmp_path / "words.ctm"))
+        assert out.returncode == 0, out.stderr
+        assert "warning" not in out.stderr  # 16 kHz audio, a 16 kHz model
+        lines = out.stdout.splitlines()
+        assert len(lines) == len(wav_scp)
+        for (utt, path), line in zip(wav_scp.items(), lines, strict=True):
+            got_path, _, text = line.partition("\t")
+            assert got_path == path and text == hyp[utt], (utt, line, folder)
+        # Word times: one CTM line per word of every file that has words, in order, within
+        # the audio (0.4 s fixtures).
+        ctm = [ln.split() for ln in (tmp_path / "words.ctm").read_text().splitlines()]
+        words = [(path, w) for (utt, path) in wav_scp.items() for w in hyp[utt].split()]
+        assert [(c[0], c[4]) for c in ctm] == words
+        for _, channel, start, duration, _ in ctm:
+            assert channel == "1" and 0 <= float(start) and 0 < float(duration)
+            assert float(start) + float(duration) <= 0.45
+
+    # Audio below the model's rate: transcribed, with one warning naming the rates and the fix.
+    low = tmp_path / "phone"
+    make_data_dir(low, utts=2, rate=8000, seed=7)
+    paths = list(read_kaldi_map(low / "wav.scp").values())
+    out = run_cli("transcribe", str(exp), *paths, "--decode", "greedy")
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert len(lines) == len(wav_scp)
-    for (utt, path), line in zip(wav_scp.items(), lines, strict=True):
-        got_path, _, text = line.partition("\t")
-        assert got_path == path and text == hyp[utt], (utt, line)
+    assert len(out.stdout.splitlines()) == 2
+    warning, = [ln for ln in out.stderr.splitlines() if "warning" in ln]
+    assert f"2 files (first: {paths[0]})" in warning and "8000 Hz is below the model's 16000 Hz" \
+        in warning and "features.sample_rate=8000 features.resample=true" in warning
 
 
 def test_decode_any_data_dir_without_features(tmp_path: Path) -> None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections import defaultdict
 
 import numpy as np
 
 from asrkit.data.audio import load_audio_file
-from asrkit.decoding.recognizer import Recognizer, check_exp_dir
+from asrkit.data.io import atomic_write
+from asrkit.decoding.config import METHODS
+from asrkit.decoding.recognizer import DecodeSettings, Recognizer, check_exp_dir
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError
 from asrkit.training.data import Utterance
@@ -18,11 +22,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "transcribe", help="transcribe audio files with a trained experiment",
         description="Transcribe wav/flac/NIST-sphere files (any sample rate; resampled to the "
         "model's) or headerless 16-bit PCM (.raw/.pcm) with the model, feature settings, CMVN "
-        "stats and tokenizer saved in EXP_DIR. Prints 'path<TAB>transcript' per file, in the "
-        "order given. With per-speaker CMVN, each file is normalised as its own speaker.")
+        "stats and tokenizer saved in EXP_DIR, and by default the search the decoding stage "
+        "tuned on the dev set (beam + lexicon + LM with its LM weight and word score). Prints "
+        "'path<TAB>transcript' per file, in the order given. With per-speaker CMVN, each file "
+        "is normalised as its own speaker.")
     parser.add_argument("exp_dir", help="experiment directory holding model.pt (exp/<name>)")
     parser.add_argument("audio", nargs="+", help="audio files")
     parser.add_argument("--model", default="model.pt", help="model bundle inside EXP_DIR")
+    parser.add_argument("--decode", choices=("auto", *METHODS), default="auto",
+                        help="search: greedy, beam (no LM), beam_lm (lexicon + LM); auto (default) "
+                        "= what the decoding stage ran and tuned for this experiment "
+                        "(EXP_DIR/decoding.json), greedy when it ran none")
+    parser.add_argument("--ctm", metavar="FILE",
+                        help="also write word times as a CTM file ('path 1 start duration word'), "
+                        "from the CTC alignment of each transcript")
     parser.add_argument("--raw-rate", type=int, default=16000,
                         help="sample rate of .raw/.pcm files (default 16000)")
     parser.add_argument("--raw-byteorder", choices=("big", "little"), default="big",
@@ -38,13 +51,44 @@ def _transcribe(args: argparse.Namespace) -> int:
     if args.device != "cpu":
         pick_device("cuda")  # a clear error where no GPU is visible
     recognizer = Recognizer(args.exp_dir, model=args.model, device=args.device)
-    utts = []
+    method = args.decode
+    if method == "auto":
+        tuned = DecodeSettings.load(args.exp_dir)
+        method = tuned.method if tuned is not None else "greedy"
+    search = recognizer.search(method)
+    utts, low = [], defaultdict(list)
     for i, path in enumerate(args.audio):
         samples, rate = load_audio_file(path, raw_rate=args.raw_rate,
                                         raw_byteorder=args.raw_byteorder)
+        if rate < recognizer.features.sample_rate:
+            low[rate].append(path)
         feats = recognizer.audio_features(samples, rate, utt=path, where=path)
         utts.append(Utterance(f"{i:08d}", feats, np.zeros(0, dtype=np.int64)))
-    texts = recognizer.recognize(utts)
+    for rate, paths in sorted(low.items()):
+        print(low_rate_warning(paths, rate, recognizer.features.sample_rate), file=sys.stderr)
+    posteriors = dict(recognizer.posteriors(utts))
+    ctm = []
     for i, path in enumerate(args.audio):
-        print(f"{path}\t{texts[f'{i:08d}']}")
+        log_probs = posteriors[f"{i:08d}"]
+        text = search(log_probs)
+        print(f"{path}\t{text}")
+        if args.ctm and text:
+            times = recognizer.word_times(log_probs, text)
+            if times is None:
+                print(f"asrkit: warning: {path}: too short to align its transcript; no word "
+                      "times in the CTM", file=sys.stderr)
+                continue
+            ctm += [f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times]
+    if args.ctm:
+        atomic_write(args.ctm, "".join(ctm))
     return 0
+
+
+def low_rate_warning(paths: list[str], rate: int, model_rate: int) -> str:
+    """The warning for audio below the model's sample rate: upsampling adds no band, so a
+    model trained on wide-band speech sees speech it never saw (e.g. telephone audio)."""
+    files = f"{paths[0]}" if len(paths) == 1 else f"{len(paths)} files (first: {paths[0]})"
+    return (f"asrkit: warning: {files}: audio at {rate} Hz is below the model's {model_rate} Hz; "
+            f"it is upsampled, but has nothing above {rate // 2} Hz, which this model was trained "
+            f"on, so expect many errors. For audio at this rate train a model at it: "
+            f"recipes/an4/run.sh features.sample_rate={rate} features.resample=true")

@@ -9,6 +9,7 @@ config that trained it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -18,17 +19,54 @@ import torch
 
 from asrkit.data.audio import load_audio
 from asrkit.data.datadir import read_data_dir, write_kaldi_map
+from asrkit.data.io import atomic_write
+from asrkit.decoding.beam import BOUNDARY, BeamSearch
+from asrkit.decoding.config import METHODS
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError, DataError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.features.extractors import FeatureConfig, extract
 from asrkit.scoring import score_files
+from asrkit.targets.forced_align import ctc_forced_align
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.checkpoint import load_model_bundle
 from asrkit.training.data import CmvnNormalizer, Utterance, collate, make_buckets
 from asrkit.training.stream import load_utterances
 
 log = logging.getLogger(__name__)
+
+#: Where stage 5 records the search it tuned, inside the experiment dir.
+DECODE_SETTINGS = "decoding.json"
+
+
+@dataclasses.dataclass
+class DecodeSettings:
+    """The search stage 5 ran, with the LM weight and word score it picked on the dev set;
+    ``beam_lm`` uses the experiment's ``lang/lexicon.txt`` and ``lang/lm.arpa``."""
+
+    method: str = "greedy"
+    beam_size: int = 50
+    beam_threshold: float = 25.0
+    lm_weight: float = 0.0
+    word_score: float = 0.0
+    model: str = "model.pt"
+    tuned_on: str = ""  # the set the pair was picked on ("" when there was no grid)
+
+    def save(self, exp_dir: str | Path) -> None:
+        atomic_write(Path(exp_dir) / DECODE_SETTINGS,
+                     json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, exp_dir: str | Path) -> DecodeSettings | None:
+        """The recorded settings, or None when stage 5 ran no beam search here."""
+        path = Path(exp_dir) / DECODE_SETTINGS
+        if not path.is_file():
+            return None
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (ValueError, TypeError) as err:
+            raise DataError(f"{path}: unreadable decoding settings ({err}); rerun stage 5 "
+                            "(decode) to write them again") from None
 
 
 class Recognizer:
@@ -98,6 +136,62 @@ class Recognizer:
     def greedy(self, log_probs: torch.Tensor) -> str:
         """The best-path transcript of one utterance's ``(T', V)`` log-probabilities."""
         return self.tokenizer.decode(greedy_ctc(log_probs[None], torch.tensor([log_probs.shape[0]]))[0])
+
+    def search(self, method: str) -> Callable[[torch.Tensor], str]:
+        """The search ``method`` (``greedy``, ``beam`` or ``beam_lm``) as stage 5 ran it
+        for this experiment: beam size, and for ``beam_lm`` the lexicon, the LM and the LM
+        weight and word score it picked on the dev set (:class:`DecodeSettings`)."""
+        if method not in METHODS:
+            raise ConfigError(f"decoding method {method!r} is unknown; choose one of {list(METHODS)}")
+        if method == "greedy":
+            return self.greedy
+        tuned = DecodeSettings.load(self.exp_dir)
+        if tuned is None or (method == "beam_lm" and tuned.method != "beam_lm"):
+            raise ConfigError(f"{self.exp_dir / DECODE_SETTINGS}: no {method} settings; run the "
+                              f"decoding stage with decode={method} first (it tunes them on the "
+                              "dev set), or decode greedily")
+        lang = self.exp_dir / "lang"
+        with_lm = method == "beam_lm"
+        return BeamSearch(self.tokenizer, lexicon=lang / "lexicon.txt" if with_lm else None,
+                          lm=lang / "lm.arpa" if with_lm else None, beam_size=tuned.beam_size,
+                          beam_threshold=tuned.beam_threshold,
+                          lm_weight=tuned.lm_weight if with_lm else 0.0,
+                          word_score=tuned.word_score if with_lm else 0.0)
+
+    @property
+    def frame_seconds(self) -> float:
+        """Seconds per model output frame (the feature hop times the model's subsampling)."""
+        return self.features.frame_shift_ms / 1000.0 * int(self.model.args.get("subsample", 1))
+
+    def word_times(self, log_probs: torch.Tensor, text: str) -> list[tuple[str, float, float]] | None:
+        """``(word, start s, duration s)`` of each word of ``text`` (one utterance's
+        transcript) from the CTC forced alignment of its units through ``log_probs``
+        ``(T', V)``; None when the utterance has too few frames to align it."""
+        words = text.split()
+        pieces = [self.tokenizer.encode(w) for w in words]
+        path = ctc_forced_align(log_probs, [t for p in pieces for t in p])
+        if path is None:
+            return None
+        # The frames of each emitted unit, in order (a new unit starts where the label
+        # changes to a non-blank, or repeats after a blank).
+        spans: list[list[int]] = []
+        previous = 0
+        for frame, label in enumerate(path.tolist()):
+            if label and label != previous:
+                spans.append([frame, frame])
+            elif label:
+                spans[-1][1] = frame
+            previous = label
+        boundary = self.tokenizer.units().index(BOUNDARY) if BOUNDARY in self.tokenizer.units() else -1
+        out, k, step = [], 0, self.frame_seconds
+        for word, ids in zip(words, pieces, strict=True):
+            own = spans[k:k + len(ids)]
+            k += len(ids)
+            # A stand-alone boundary unit marks where the word starts, not its sound.
+            sounded = [span for span, unit in zip(own, ids, strict=True) if unit != boundary] or own
+            start, end = sounded[0][0], sounded[-1][1] + 1
+            out.append((word, round(start * step, 3), round((end - start) * step, 3)))
+        return out
 
     def recognize(self, utts: Sequence[Utterance],
                   search: Callable[[torch.Tensor], str] | None = None) -> dict[str, str]:

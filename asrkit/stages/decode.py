@@ -16,7 +16,7 @@ from pathlib import Path
 
 from asrkit.data.io import atomic_write
 from asrkit.decoding.beam import BeamSearch, lexicon_words
-from asrkit.decoding.recognizer import Recognizer, check_exp_dir, write_and_score
+from asrkit.decoding.recognizer import DecodeSettings, Recognizer, check_exp_dir, write_and_score
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError, DataError
 from asrkit.scoring import score_texts
@@ -119,6 +119,12 @@ def decode(ctx: StageContext) -> None:
     search = BeamSearch(recognizer.tokenizer, lexicon=lexicon, lm=lm, beam_size=cfg.beam_size,
                         beam_threshold=cfg.beam_threshold, lm_weight=chosen[0],
                         word_score=chosen[1])
+    # What asrkit transcribe uses by default: the search as tuned here.
+    settings = DecodeSettings(method=cfg.method, beam_size=cfg.beam_size,
+                              beam_threshold=cfg.beam_threshold, lm_weight=chosen[0],
+                              word_score=chosen[1], model=cfg.model,
+                              tuned_on=cfg.tune_set or ctx.cfg.data.dev_set if len(grid) > 1 else "")
+    settings.save(ctx.exp_dir)
     known = lexicon_words(lexicon) if lexicon else None
     for name, data_dir in targets:
         out_dir = ctx.exp_dir / f"decode_{cfg.method}_{name}"
