@@ -67,8 +67,8 @@ def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12,
         def asrkit_pass() -> tuple[float, int]:
             model.load_state_dict(initial)
             trainer.optimizer.state.clear()
-            return trainer.train_epoch(model, trainer.batches.epoch(0), epoch=0), \
-                len(trainer.batches)
+            seconds, _ = trainer.train_epoch(model, trainer.batches.epoch(0), epoch=0)
+            return seconds, len(trainer.batches)
 
         def minimal_pass() -> tuple[float, int]:
             model.load_state_dict(initial)
