@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SHELL  := /bin/bash
 
-.PHONY: install sysdeps demo test test-multiproc test-integration test-all bench bench-quick lint clean
+.PHONY: install sysdeps demo test test-multiproc test-integration test-all bench bench-quick lint typecheck clean
 
 install: $(STAMP)
 
@@ -56,6 +56,9 @@ bench-quick: install sysdeps
 
 lint: install
 	$(PY) -m ruff check asrkit recipes tests
+
+typecheck: install
+	$(PY) -m mypy
 
 clean:
 	rm -rf recipes/*/data recipes/*/exp recipes/*/fbank recipes/*/mfcc bench/results

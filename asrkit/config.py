@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -207,7 +208,8 @@ def settings_hash(cfg: AsrkitConfig, keys: Sequence[str]) -> tuple[str, dict]:
     """A short hash of the top-level config ``keys`` (less :data:`NOT_OUTPUT_SETTINGS`),
     and the settings it covers, as plain data."""
     plain = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    chosen = {key: plain[key] for key in sorted(set(keys))}
+    assert isinstance(plain, dict)
+    chosen: dict[str, Any] = {key: plain[key] for key in sorted(set(keys))}
     for dotted in NOT_OUTPUT_SETTINGS:
         section, _, name = dotted.partition(".")
         if isinstance(chosen.get(section), dict):

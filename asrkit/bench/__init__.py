@@ -7,6 +7,8 @@ raw numbers and the machine recorded in ``bench/results/<name>.json`` and a plot
 Public API: :data:`BENCHMARKS` (name -> function returning a result dict).
 """
 
+from collections.abc import Callable
+
 from asrkit.bench.compute import bench_compute
 from asrkit.bench.convergence import bench_convergence
 from asrkit.bench.data import bench_data
@@ -16,9 +18,10 @@ from asrkit.bench.scoring import bench_scoring
 from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
 
-BENCHMARKS = {"features": bench_features, "trainer": bench_trainer, "compute": bench_compute,
-              "decoding": bench_decoding, "scoring": bench_scoring, "strategies": bench_strategies,
-              "convergence": bench_convergence, "data": bench_data}
+BENCHMARKS: dict[str, Callable[..., dict]] = {
+    "features": bench_features, "trainer": bench_trainer, "compute": bench_compute,
+    "decoding": bench_decoding, "scoring": bench_scoring, "strategies": bench_strategies,
+    "convergence": bench_convergence, "data": bench_data}
 
 #: Smaller settings for ``asrkit bench --quick`` (a few minutes in all on 2 cores).
 QUICK: dict[str, dict] = {

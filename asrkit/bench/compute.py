@@ -28,7 +28,7 @@ def lstm_training_flops(model: LSTMAcousticModel, frames: int) -> int:
         model: the acoustic model (its shape is read from ``model.args``).
         frames: the batch's frames after stacking/subsampling (summed over utterances).
     """
-    a = model.args
+    a: dict[str, int] = {k: int(v) for k, v in model.args.items()}  # sizes and flags
     hidden, layers = a["hidden"], a["layers"]
     directions = 2 if a["bidirectional"] else 1
     forward = 0

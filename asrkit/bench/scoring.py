@@ -73,7 +73,10 @@ def bench_scoring(data_dir: str = "", *, utterances: int = 20000) -> dict:
         sclite_s = time.perf_counter() - began
         if theirs.returncode != 0:
             raise RuntimeError(f"sclite failed: {theirs.stderr[-2000:]}")
-    ours_errors = int(re.search(r"\[ (\d+) /", ours.stdout).group(1))
+    counted = re.search(r"\[ (\d+) /", ours.stdout)
+    if counted is None:
+        raise RuntimeError(f"asrkit score printed no Kaldi %WER line: {ours.stdout[-2000:]}")
+    ours_errors = int(counted.group(1))
     total = re.search(r"Percent Total Error\s*=.*\(\s*(\d+)\)", theirs.stdout)
     sclite_errors = int(total.group(1)) if total else None
     return {"utterances": utterances, "words": sum(len(r.split()) - 1 for r in refs),

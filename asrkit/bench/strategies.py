@@ -37,7 +37,7 @@ def run_workers(tmp: Path, data_dir: Path, *, name: str, learners: int, strategy
     main learner's per-epoch ``history`` (with ``held_out``: dev loss on the last quarter
     of the data dir's utterances, which are then not trained on)."""
     if not (tmp / "tok" / "sp.model").is_file():
-        train_tokenizer(read_data_dir(data_dir).text, tmp / "tok", TokenizerConfig(kind="char"))
+        train_tokenizer(read_data_dir(data_dir).text or {}, tmp / "tok", TokenizerConfig(kind="char"))
     out = tmp / f"{name}-{learners}-{straggler}"
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={learners}",
                f"--master-port={_free_port()}", "--max-restarts=0", "-m",

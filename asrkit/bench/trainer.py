@@ -45,7 +45,7 @@ def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12,
     data_dir = Path(data_dir)
     data = read_data_dir(data_dir)
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = train_tokenizer(data.text, Path(tmp) / "tok", TokenizerConfig(kind="char"))
+        tokenizer = train_tokenizer(data.text or {}, Path(tmp) / "tok", TokenizerConfig(kind="char"))
         normalize = CmvnNormalizer("global", global_stats=read_cmvn(data_dir / "cmvn_global.ark"))
         utts = load_utterances(data_dir, normalize, tokenizer=tokenizer)
         cfg = TrainConfig(epochs=1, max_frames=6000, max_batch=16, device="cpu", progress=True)

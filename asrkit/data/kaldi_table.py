@@ -158,7 +158,7 @@ def read_float_matrix_at(handle: IO[bytes], offset: int, *, rows: int, cols: int
         return None
     if out is None:
         out = np.empty((rows, cols), dtype="<f4")
-    if handle.readinto(memoryview(out).cast("B")) != rows * cols * 4:  # type: ignore[attr-defined]
+    if handle.readinto(out.data.cast("B")) != rows * cols * 4:  # type: ignore[attr-defined]
         return None
     return out
 

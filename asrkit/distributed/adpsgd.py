@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 import numpy as np
 import torch
@@ -145,6 +146,7 @@ class PairwiseAverager:
             own = self.local_samples - self._samples_at_check
             if self._rate is None:
                 return self.global_samples + own * len(self.members)
+            assert self._checked_at is not None  # set with _rate
             since = max(0.0, time.monotonic() - self._checked_at - self._paused_s)
             return self.global_samples + max(float(own), self._rate * since)
 
@@ -179,8 +181,7 @@ class PairwiseAverager:
                     return
                 with self.cond:
                     # Pacing: round k waits for this learner's (k+1)*period-th local step.
-                    self.cond.wait_for(lambda k=k: self.done or
-                                       self.local_steps >= (k + 1) * self.period)
+                    self.cond.wait_for(functools.partial(self._paced, (k + 1) * self.period))
                     # The learner's weights are its snapshot plus what is still pending
                     # (not yet applied by the compute loop, e.g. after it has finished).
                     mine = self.snapshot + self.pending
@@ -192,11 +193,17 @@ class PairwiseAverager:
         except BaseException as err:  # reported to the compute thread at its next step
             self.error = err
 
+    def _paced(self, steps: int) -> bool:
+        """The averaging thread may go on: training is done, or ``steps`` local steps were
+        taken (called with ``cond`` held)."""
+        return self.done or self.local_steps >= steps
+
     def _exchange(self, mine: torch.Tensor, partner: int) -> torch.Tensor:
         theirs = torch.empty_like(mine)
         began = time.monotonic()
         request = dist.isend(mine, dst=partner, group=self.group)
         dist.recv(theirs, src=partner, group=self.group)
+        assert request is not None  # None only for a rank outside the group
         request.wait()
         self.wait_s += time.monotonic() - began
         return theirs
@@ -239,7 +246,7 @@ class ProgressBatches(BucketBatches):
             for b in order:
                 yield self.buckets[b]
 
-    def epoch(self, epoch: int, *, start: int = 0) -> Iterator[Batch]:
+    def epoch(self, epoch: int, *, start: int = 0) -> Generator[Batch, None, None]:
         goal = (epoch + 1) * self.total
         if self.progress() >= goal:
             return

@@ -150,7 +150,7 @@ class StrategyHooks(TrainHooks):
                 "seconds": round(wall, 3), "samples_per_s": round(state.samples / max(wall, 1e-9), 3),
                 "window": [self._first_step_end, self._last_step_end],
                 "window_samples": state.samples - self._first_step_samples,
-                "comm_wait_s": None if self.comm_wait_s() is None else round(self.comm_wait_s(), 3),
+                "comm_wait_s": None if (comm := self.comm_wait_s()) is None else round(comm, 3),
                 "data_wait_s": round(state.data_wait_s, 3),
                 "data_wait_fraction": round(state.data_wait_fraction, 4),
                 "averagings": self.averagings(), "straggler_delay_s": round(self.straggler.delayed_s, 3)}

@@ -128,6 +128,7 @@ class HybridHooks(StrategyHooks):
 
     def after_step(self, model: nn.Module, state: TrainState) -> None:
         super().after_step(model, state)
+        assert self.batches is not None  # made before the first step
         group_samples = self.batches.last_bucket  # the whole group's batch, not this slice
         self._group_samples += group_samples
         if self.averager is not None:

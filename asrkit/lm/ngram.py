@@ -141,6 +141,7 @@ def estimate_kneser_ney(sentences: Iterable[Sequence[str]], *, order: int = 3,
                 counts[n - 1][ngram] = c
     lm = NGramLM(order=order)
     for n in range(1, order + 1):
+        d: tuple[float, ...] | None
         if discounts is not None:
             d = tuple(float(x) for x in discounts[n - 1])
         else:

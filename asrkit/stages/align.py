@@ -57,6 +57,7 @@ def align(ctx: StageContext) -> None:
     num_classes = model.num_tokens + 1
     for name, data_dir in _align_sets(ctx):
         data = read_data_dir(data_dir, require_text=True)
+        assert data.text is not None  # required
         utts = recognizer.data_dir_utterances(data_dir)
         alignments: dict[str, np.ndarray] = {}
         failed: list[str] = []

@@ -79,7 +79,8 @@ def stage(number: int, name: str, description: str, *, uses: Sequence[str] = (),
 
 def stage_settings(number: int) -> list[str]:
     """The top-level settings stage ``number``'s outputs depend on, through its needs."""
-    keys, todo, seen = set(), [number], set()
+    keys: set[str] = set()
+    todo, seen = [number], set()
     while todo:
         current = STAGES[todo.pop()]
         if current.number in seen:

@@ -173,6 +173,7 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
                              "train_s": round(state.train_s, 3),
                              "first_step_time": state.first_step_time,
                              "history": state.history, "best": state.best}, indent=2) + "\n")
+    assert state.best is not None  # fit() validated at least once
     metric = "wer" if "wer" in state.best else "loss"
     log.info("%s saved as %s (best dev %s %.3f at epoch %d)", chosen, exp_dir / "model.pt",
              metric, state.best[metric], state.best["epoch"])

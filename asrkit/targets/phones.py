@@ -112,7 +112,8 @@ class PhoneUnits:
     def decode(self, ids: Iterable[int]) -> str:
         """Words of model ids: each ``▁``-delimited phone group read back through the
         lexicon (``<unk>`` when no word has that pronunciation); blanks skipped."""
-        words, group = [], []
+        words: list[str] = []
+        group: list[str] = []
         for i in ids:
             unit = self._units[int(i)] if int(i) > 0 else None
             if unit is None:

@@ -159,7 +159,7 @@ def train_tokenizer(texts: dict[str, str], out_dir: str | Path, cfg: TokenizerCo
             options["hard_vocab_limit"] = False
         try:
             with contextlib.redirect_stderr(io.StringIO()):
-                spm.SentencePieceTrainer.train(**options)
+                spm.SentencePieceTrainer.train(**options)  # type: ignore[arg-type]
         except RuntimeError as err:
             raise ConfigError(f"tokenizer training failed: {' '.join(str(err).split())}; "
                               "change tokenizer.vocab_size or tokenizer.kind") from None

@@ -137,10 +137,11 @@ def collate(utts: Sequence[Utterance]) -> Batch:
     targets = np.concatenate([u.tokens for u in utts]).astype(np.int64, copy=False)
     target_lengths = np.array([u.tokens.size for u in utts], dtype=np.int64)
     frame_targets = None
-    if all(u.ali is not None for u in utts):
-        padded = np.full((len(utts), max(u.ali.size for u in utts)), -1, dtype=np.int64)
-        for i, u in enumerate(utts):
-            padded[i, : u.ali.size] = u.ali
+    labels = [u.ali for u in utts if u.ali is not None]
+    if len(labels) == len(utts):
+        padded = np.full((len(utts), max(a.size for a in labels)), -1, dtype=np.int64)
+        for i, a in enumerate(labels):
+            padded[i, : a.size] = a
         frame_targets = torch.from_numpy(padded)
     return Batch([u.utt for u in utts], torch.from_numpy(feats), torch.from_numpy(lengths),
                  torch.from_numpy(targets), torch.from_numpy(target_lengths),

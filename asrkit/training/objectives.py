@@ -131,6 +131,7 @@ class FrameCEObjective(Objective):
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         logits, _ = self._logits(model, batch)
+        assert batch.frame_targets is not None  # _logits checked
         return nn.functional.cross_entropy(logits.flatten(0, 1), batch.frame_targets.flatten(),
                                            ignore_index=IGNORE, reduction="sum") / batch.norm
 
@@ -143,6 +144,7 @@ class FrameCEObjective(Objective):
         for batch in batches:
             logits, lengths = self._logits(model, batch)
             targets = batch.frame_targets
+            assert targets is not None  # _logits checked
             total += float(nn.functional.cross_entropy(
                 logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum"))
             valid = targets != IGNORE

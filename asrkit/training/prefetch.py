@@ -99,7 +99,7 @@ class Prefetcher(Generic[_T]):
             worker.start()
             self._workers.append(worker)
         while True:
-            item: object = None
+            item = None
             out: object = None
             with self._cond:
                 while True:

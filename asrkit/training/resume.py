@@ -89,7 +89,7 @@ def check_resume_mode(mode: str) -> str:
 def rng_state(generator: torch.Generator) -> dict[str, Any]:
     """The random states a training step draws from: torch's CPU (and CUDA) generators and
     the SpecAugment generator."""
-    state = {"torch": torch.get_rng_state(), "specaug": generator.get_state()}
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "specaug": generator.get_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state

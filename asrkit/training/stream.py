@@ -24,7 +24,7 @@ import os
 import random
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -42,6 +42,9 @@ from asrkit.training.prefetch import Prefetcher, ReaderPool, can_fork
 
 log = logging.getLogger(__name__)
 
+#: Utterance positions in a source.
+Indices = Sequence[int] | np.ndarray
+
 
 
 class UtteranceReader(ABC):
@@ -54,10 +57,10 @@ class UtteranceReader(ABC):
     source: UtteranceSource
 
     @abstractmethod
-    def read(self, indices: Sequence[int]) -> list[Utterance]:
+    def read(self, indices: Indices) -> list[Utterance]:
         """The utterances at ``indices`` of the source, in that order."""
 
-    def fill(self, indices: Sequence[int], out: np.ndarray) -> None:
+    def fill(self, indices: Indices, out: np.ndarray) -> None:
         """Write the normalised features of ``indices`` into ``out`` ``(B, T, D)`` float32,
         ``T`` the longest of them, zeros past each utterance's end (numpy only: this runs
         in the read-ahead workers)."""
@@ -66,7 +69,7 @@ class UtteranceReader(ABC):
             out[k, :n] = u.feats
             out[k, n:] = 0.0
 
-    def read_batch(self, indices: Sequence[int]) -> Batch:
+    def read_batch(self, indices: Indices) -> Batch:
         """The utterances at ``indices`` as a padded batch (equal to ``collate(read(indices))``)."""
         idx = np.asarray(indices, dtype=np.int64)
         feats = np.empty(self.source.batch_shape(idx), dtype=np.float32)
@@ -153,10 +156,12 @@ class InMemorySource(UtteranceSource):
 
 
 class _ListReader(UtteranceReader):
+    source: InMemorySource
+
     def __init__(self, source: InMemorySource) -> None:
         self.source = source
 
-    def read(self, indices: Sequence[int]) -> list[Utterance]:
+    def read(self, indices: Indices) -> list[Utterance]:
         return [self.source.utts[i] for i in indices]
 
 
@@ -170,10 +175,11 @@ def _batch(utts: list[str], feats: torch.Tensor, lengths: np.ndarray,
         targets = np.concatenate(tokens).astype(np.int64)
         target_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
     frame_targets = None
-    if alis is not None and all(a is not None for a in alis):
-        padded = np.full((len(utts), max(a.size for a in alis)), -1, dtype=np.int64)  # type: ignore[union-attr]
-        for k, a in enumerate(alis):
-            padded[k, : a.size] = a  # type: ignore[union-attr]
+    labels = [a for a in alis if a is not None] if alis is not None else []
+    if alis is not None and len(labels) == len(alis):
+        padded = np.full((len(utts), max(a.size for a in labels)), -1, dtype=np.int64)
+        for k, a in enumerate(labels):
+            padded[k, : a.size] = a
         frame_targets = torch.from_numpy(padded)
     return Batch(utts, feats, torch.from_numpy(lengths.astype(np.int64)),
                  torch.from_numpy(targets), torch.from_numpy(target_lengths),
@@ -194,7 +200,7 @@ class _Packed:
     starts: np.ndarray
 
     @classmethod
-    def of(cls, items: Sequence[Sequence[int] | np.ndarray], dtype: type = np.int32) -> _Packed:
+    def of(cls, items: Sequence[Indices], dtype: type = np.int32) -> _Packed:
         sizes = np.fromiter((len(x) for x in items), dtype=np.int64, count=len(items))
         starts = np.zeros(len(items) + 1, dtype=np.int64)
         np.cumsum(sizes, out=starts[1:])
@@ -276,11 +282,13 @@ class StreamingSource(UtteranceSource):
 class _ArkReader(UtteranceReader):
     """Reads a :class:`StreamingSource`'s matrices, keeping each archive open once."""
 
+    source: StreamingSource
+
     def __init__(self, source: StreamingSource) -> None:
         self.source = source
         self.handles: dict[int, IO[bytes]] = {}
 
-    def read(self, indices: Sequence[int]) -> list[Utterance]:
+    def read(self, indices: Indices) -> list[Utterance]:
         return [self._utterance(int(i)) for i in indices]
 
     def _utterance(self, i: int) -> Utterance:
@@ -292,7 +300,7 @@ class _ArkReader(UtteranceReader):
         ali = None if src.ali is None else src.ali[i].astype(np.int64)
         return Utterance(utt, feats, tokens, src.text.get(utt, "") if src.text else "", ali)
 
-    def fill(self, indices: Sequence[int], out: np.ndarray) -> None:
+    def fill(self, indices: Indices, out: np.ndarray) -> None:
         # Float matrices are read straight into the padded batch, one system call each, and
         # normalised there while still in the cache; anything else is read utterance by
         # utterance. Either way the result equals collate(read(indices)).feats.
@@ -323,7 +331,7 @@ class _ArkReader(UtteranceReader):
         for k, (i, n, at) in enumerate(zip(idx.tolist(), lengths.tolist(),
                                            src.offsets[idx].tolist(), strict=True)):
             rows = feats[k, :n]
-            got = os.preadv(self.handle(i).fileno(), [head, rows], at)
+            got = os.preadv(self.handle(i).fileno(), [head, rows.data], at)
             # The header must be \0B "FM " \4 rows \4 dim (little-endian int32s).
             if got != 15 + rows.nbytes or head != b"\0BFM " + struct.pack("<bi", 4, n) + dim:
                 return False
@@ -502,8 +510,8 @@ def _check_arks(scp: Path, ids: list[str], arks: list[str], ark_of: np.ndarray,
         return
     first = np.full(len(arks), -1, dtype=np.int64)  # each archive's first utterance
     last = np.full(len(arks), -1, dtype=np.int64)  # the utterance at its largest offset
-    for i in np.flatnonzero(ark_of >= 0):
-        a = ark_of[i]
+    for i in np.flatnonzero(ark_of >= 0).tolist():
+        a = int(ark_of[i])
         if first[a] < 0:
             first[a] = i
         if last[a] < 0 or offsets[i] > offsets[last[a]]:
@@ -680,7 +688,7 @@ class BucketBatches:
         for b in order[k::n][start:]:
             yield self.buckets[b]
 
-    def epoch(self, epoch: int, *, start: int = 0) -> Iterator[Batch]:
+    def epoch(self, epoch: int, *, start: int = 0) -> Generator[Batch, None, None]:
         """Epoch ``epoch``'s batches from its ``start``-th on (a resumed run reads none of
         the ones before)."""
         if self.pool is not None:

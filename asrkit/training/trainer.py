@@ -148,7 +148,7 @@ class TrainHooks:
         consensus averaging, stopping threads)."""
 
 
-def loader_settings(cfg: TrainConfig, *, parts: int = 1) -> dict[str, int]:
+def loader_settings(cfg: TrainConfig, *, parts: int = 1) -> dict[str, Any]:
     """:class:`BucketBatches` size caps and read-ahead from ``cfg``; ``parts`` > 1 divides
     the global batch caps among learners (or groups) that batch their own shards."""
     return {"max_frames": max(1, cfg.max_frames // parts), "max_batch": max(1, cfg.max_batch // parts),
@@ -163,7 +163,7 @@ def ctc_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
 def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
     """``adam`` or ``sgd`` (Nesterov momentum) from the ``optim`` settings."""
     if cfg.name == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+        return torch.optim.Adam(params, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.eps,
                                 weight_decay=cfg.weight_decay)
     if cfg.name == "sgd":
         return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
