@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 import torch
 
+from asrkit.data.batch import Utterance, collate
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.data.kaldi_ark import kaldi_io
+from asrkit.data.stream import attach_alignments
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError, DataError
 from asrkit.models import ModelConfig, build_model
+from asrkit.models.checkpoint import init_from, save_checkpoint
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
 from asrkit.targets.alignments import AlignmentCheckConfig, check_alignments, read_alignments
 from asrkit.targets.forced_align import (
@@ -22,11 +25,8 @@ from asrkit.targets.forced_align import (
     write_alignment_dir,
     write_counts,
 )
-from asrkit.training.checkpoint import init_from, save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
-from asrkit.training.data import Utterance, collate
 from asrkit.training.objectives import FrameCEObjective, build_objective
-from asrkit.training.stream import attach_alignments
 from asrkit.training.trainer import Trainer
 from tests.helpers import make_data_dir, run_cli
 

@@ -14,16 +14,11 @@ import numpy as np
 import pytest
 import torch
 
+from asrkit.data.batch import Batch, CmvnNormalizer, Utterance
 from asrkit.data.datadir import DataDir, read_data_dir, read_kaldi_map, write_data_dir
 from asrkit.data.listed import list_corpus
-from asrkit.errors import DataError
-from asrkit.features.cmvn import cmvn_stats
-from asrkit.models import ModelConfig, build_model
-from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
-from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer
-from asrkit.training.data import Batch, CmvnNormalizer, Utterance
-from asrkit.training.prefetch import Prefetcher, can_fork
-from asrkit.training.stream import (
+from asrkit.data.prefetch import Prefetcher, can_fork
+from asrkit.data.stream import (
     BucketBatches,
     InMemorySource,
     StreamingSource,
@@ -31,6 +26,11 @@ from asrkit.training.stream import (
     load_utterances,
     open_data_dir,
 )
+from asrkit.errors import DataError
+from asrkit.features.cmvn import cmvn_stats
+from asrkit.models import ModelConfig, build_model
+from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
+from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer
 from tests import kaldi_fixtures as fx
 
 DIM = 6
@@ -125,7 +125,7 @@ def test_a_batch_of_float_matrices_is_read_in_one_pass_and_equals_the_general_pa
     def no_general_path(self, i, *, out=None):  # noqa: ANN001, ANN202
         raise AssertionError(f"utterance {i} took the per-utterance path")
 
-    monkeypatch.setattr("asrkit.training.stream._ArkReader._checked", no_general_path)
+    monkeypatch.setattr("asrkit.data.stream._ArkReader._checked", no_general_path)
     reader = stream.reader()
     _same(reader.read_batch(plain), expected)
     # A compressed matrix in the batch sends it through the per-utterance path.

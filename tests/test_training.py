@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from asrkit.config import DEFAULT_CONFIG_DIR, compose, to_object
+from asrkit.data.batch import Utterance, collate, make_buckets
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.models import MODEL_SIZES, ModelConfig, build_model
+from asrkit.models.checkpoint import build_from_meta, load_model_bundle, save_checkpoint
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
-from asrkit.training.checkpoint import build_from_meta, load_model_bundle, save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
-from asrkit.training.data import Utterance, collate, make_buckets
 from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
 from asrkit.training.trainer import Trainer, ctc_loss
@@ -192,7 +192,7 @@ def test_decode_writes_well_formed_kaldi_text(tmp_path: Path, tokenizer: Tokeniz
 
 
 def test_checkpoint_averaging_is_the_elementwise_mean(tmp_path: Path) -> None:
-    from asrkit.training.checkpoint import average_checkpoints
+    from asrkit.models.checkpoint import average_checkpoints
 
     torch.manual_seed(0)
     models = [build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=6) for _ in range(3)]

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from asrkit.data import read_data_dir
+from asrkit.data.batch import make_buckets
 from asrkit.features.cmvn import read_cmvn
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import TokenizerConfig, train_tokenizer
@@ -31,7 +32,6 @@ from asrkit.training import (
     Trainer,
     load_utterances,
 )
-from asrkit.training.data import make_buckets
 
 
 def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12,

@@ -9,12 +9,12 @@ from collections import defaultdict
 import numpy as np
 
 from asrkit.data.audio import load_audio_file
+from asrkit.data.batch import Utterance
 from asrkit.data.io import atomic_write
 from asrkit.decoding.config import METHODS
 from asrkit.decoding.recognizer import DecodeSettings, Recognizer, check_exp_dir
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError
-from asrkit.training.data import Utterance
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -12,6 +12,13 @@ Public API:
       ``ark:gunzip -c x.gz |``): float, double, text and compressed (``CM``/``CM2``/``CM3``,
       what ``make_fbank.sh`` writes by default); :func:`read_vector`, :func:`read_vectors`
       for float vectors. Writing goes through :func:`asrkit.data.kaldi_ark.write_ark`.
+
+Shared by training and decoding (import the modules; they need torch):
+    - :mod:`asrkit.data.batch` — :class:`~asrkit.data.batch.Utterance`,
+      :class:`~asrkit.data.batch.Batch`, CMVN, length bucketing.
+    - :mod:`asrkit.data.stream` — a data dir streamed from its feature archives,
+      :class:`~asrkit.data.stream.BucketBatches`.
+    - :mod:`asrkit.data.prefetch` — read-ahead in worker processes or threads.
 """
 
 from asrkit.data.audio import load_audio

@@ -14,8 +14,8 @@ __all__ = ["DecodeConfig", "Recognizer", "greedy_ctc"]
 
 
 def __getattr__(name: str):
-    # The recognizer pulls in the trainer's modules; load it only when asked for,
-    # so that importing the settings (asrkit.config does) stays light.
+    # The recognizer pulls in torch, the model and the feature and data modules; load it
+    # only when asked for, so that importing the settings (asrkit.config does) stays light.
     if name == "Recognizer":
         from asrkit.decoding.recognizer import Recognizer
 

@@ -18,20 +18,20 @@ import numpy as np
 import torch
 
 from asrkit.data.audio import load_audio
+from asrkit.data.batch import CmvnNormalizer, Utterance, collate, make_buckets
 from asrkit.data.datadir import read_data_dir, write_kaldi_map
 from asrkit.data.io import atomic_write
+from asrkit.data.stream import load_utterances
 from asrkit.decoding.beam import BOUNDARY, BeamSearch
 from asrkit.decoding.config import METHODS
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError, DataError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.features.extractors import FeatureConfig, extract
+from asrkit.models.checkpoint import load_model_bundle
 from asrkit.scoring import score_files
 from asrkit.targets.forced_align import ctc_forced_align
 from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.checkpoint import load_model_bundle
-from asrkit.training.data import CmvnNormalizer, Utterance, collate, make_buckets
-from asrkit.training.stream import load_utterances
 
 log = logging.getLogger(__name__)
 

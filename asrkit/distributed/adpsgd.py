@@ -37,6 +37,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from asrkit.data.batch import Batch
+from asrkit.data.stream import BucketBatches, UtteranceSource
 from asrkit.distributed.base import (
     StrategyHooks,
     add_flat_,
@@ -50,8 +52,6 @@ from asrkit.distributed.launch import DistContext
 from asrkit.distributed.topology import partner_of
 from asrkit.errors import UserError
 from asrkit.training.config import TrainConfig
-from asrkit.training.data import Batch
-from asrkit.training.stream import BucketBatches, UtteranceSource
 from asrkit.training.trainer import TrainState, loader_settings
 
 log = logging.getLogger(__name__)

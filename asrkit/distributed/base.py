@@ -14,12 +14,12 @@ import torch.distributed as dist
 from torch import nn
 
 from asrkit.data.io import atomic_write
+from asrkit.data.stream import BucketBatches, UtteranceSource
 from asrkit.distributed.config import StragglerConfig, StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.errors import DataError
 from asrkit.training.config import TrainConfig
 from asrkit.training.resume import Tag, common_tag
-from asrkit.training.stream import BucketBatches, UtteranceSource
 from asrkit.training.trainer import TrainHooks, TrainState, loader_settings
 
 

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from asrkit.data.stream import BucketBatches, UtteranceSource
 from asrkit.distributed.adpsgd import PairwiseAverager, ProgressBatches
 from asrkit.distributed.base import (
     StrategyHooks,
@@ -31,7 +32,6 @@ from asrkit.distributed.base import (
 from asrkit.distributed.config import StrategyConfig
 from asrkit.distributed.launch import DistContext
 from asrkit.training.config import TrainConfig
-from asrkit.training.stream import BucketBatches, UtteranceSource
 from asrkit.training.trainer import TrainState, loader_settings
 
 

@@ -5,6 +5,8 @@ Public API:
       a CTC head over tokens (+blank) and an optional frame-classification head.
     - :data:`MODEL_SIZES` and the builders :func:`blstm_tiny`, :func:`blstm_demo`,
       :func:`blstm_large`, :func:`blstm_paper`; :func:`build_model` by size name.
+    - :mod:`asrkit.models.checkpoint` — model bundles and training checkpoints
+      (:func:`~asrkit.models.checkpoint.load_model_bundle`, used by training and decoding).
 """
 
 from asrkit.models.lstm import (

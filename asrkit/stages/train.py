@@ -18,8 +18,15 @@ import torch
 import torch.distributed as dist
 
 from asrkit.config import AsrkitConfig, settings_hash
+from asrkit.data.batch import CmvnNormalizer
 from asrkit.data.datadir import read_frame_shift
 from asrkit.data.io import atomic_write, atomic_writer
+from asrkit.data.stream import (
+    InMemorySource,
+    UtteranceSource,
+    attach_alignments,
+    open_data_dir,
+)
 from asrkit.device import pick_device
 from asrkit.distributed.launch import (
     DistContext,
@@ -33,26 +40,19 @@ from asrkit.distributed.launch import (
 from asrkit.distributed.strategies import build_hooks
 from asrkit.errors import ConfigError
 from asrkit.features.cmvn import read_cmvn
-from asrkit.models.lstm import build_model, model_args
-from asrkit.stages.registry import StageContext, stage, stage_settings
-from asrkit.targets.alignments import check_alignments, read_alignments
-from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.allocator import retain_freed_memory
-from asrkit.training.checkpoint import (
+from asrkit.models.checkpoint import (
     average_checkpoints,
     init_from,
     load_checkpoint,
     save_checkpoint,
 )
-from asrkit.training.data import CmvnNormalizer
+from asrkit.models.lstm import build_model, model_args
+from asrkit.stages.registry import StageContext, stage, stage_settings
+from asrkit.targets.alignments import check_alignments, read_alignments
+from asrkit.targets.tokenizer import Tokenizer
+from asrkit.training.allocator import retain_freed_memory
 from asrkit.training.objectives import build_objective
 from asrkit.training.resume import FaultInjection
-from asrkit.training.stream import (
-    InMemorySource,
-    UtteranceSource,
-    attach_alignments,
-    open_data_dir,
-)
 from asrkit.training.trainer import Trainer
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,8 @@
-"""Training: data, the trainer loop and its hooks, schedules, checkpoints.
+"""Training: the trainer loop and its hooks, schedules, objectives, resume states.
+
+The data a learner trains on (:mod:`asrkit.data.batch`, :mod:`asrkit.data.stream`,
+:mod:`asrkit.data.prefetch`) and model files (:mod:`asrkit.models.checkpoint`) live with
+the data and the models, shared with decoding; they are re-exported here.
 
 Public API:
     - :class:`TrainConfig`, :class:`OptimConfig`, :class:`ScheduleConfig`,
@@ -7,18 +11,18 @@ Public API:
       :func:`load_utterances` (read into memory), :class:`CmvnNormalizer`,
       :class:`BucketBatches`, :func:`collate` — normalised features and token targets,
       length-bucketed batches capped by frames, read ahead by background worker
-      processes or threads (:mod:`asrkit.training.prefetch`).
+      processes or threads (:mod:`asrkit.data.prefetch`).
     - :class:`Trainer`, :class:`TrainHooks`, :class:`TrainState` — the loop and
       the named hooks distributed strategies implement.
     - :class:`LRSchedule` — warm-up + cosine/exponential annealing by step.
     - :func:`save_checkpoint`, :func:`load_checkpoint`, :func:`load_model_bundle`.
 """
 
-from asrkit.training.checkpoint import load_checkpoint, load_model_bundle, save_checkpoint
+from asrkit.data.batch import CmvnNormalizer, collate
+from asrkit.data.stream import BucketBatches, load_utterances, open_data_dir
+from asrkit.models.checkpoint import load_checkpoint, load_model_bundle, save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
-from asrkit.training.data import CmvnNormalizer, collate
 from asrkit.training.schedule import LRSchedule
-from asrkit.training.stream import BucketBatches, load_utterances, open_data_dir
 from asrkit.training.trainer import Trainer, TrainHooks, TrainState
 
 __all__ = [

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from asrkit.errors import ConfigError
 
-#: What reads batches ahead (``train.loader``; :mod:`asrkit.training.prefetch`).
+#: What reads batches ahead (``train.loader``; :mod:`asrkit.data.prefetch`).
 LOADERS = ("process", "thread")
 
 

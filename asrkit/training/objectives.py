@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from asrkit.data.batch import Batch
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError
 from asrkit.scoring import score_texts
 from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.data import Batch
 
 #: Frame-target value of padding (and of frames without a label): ignored by the loss.
 IGNORE = -1

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from asrkit.errors import ConfigError, DataError
-from asrkit.training.checkpoint import load_checkpoint, save_checkpoint
+from asrkit.models.checkpoint import load_checkpoint, save_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -20,15 +20,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from asrkit.data.batch import Batch, Utterance
+from asrkit.data.prefetch import timed
+from asrkit.data.stream import BucketBatches, UtteranceSource, as_source
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError
+from asrkit.models.checkpoint import save_checkpoint
 from asrkit.models.lstm import LSTMAcousticModel
 from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.checkpoint import save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
-from asrkit.training.data import Batch, Utterance
 from asrkit.training.objectives import CtcObjective, Objective
-from asrkit.training.prefetch import timed
 from asrkit.training.resume import (
     FaultInjection,
     ResumeStore,
@@ -40,7 +41,6 @@ from asrkit.training.resume import (
 )
 from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
-from asrkit.training.stream import BucketBatches, UtteranceSource, as_source
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class Trainer:
         tokenizer: turns dev hypotheses into words for the dev WER.
         exp_dir: where ``checkpoints/`` and ``tensorboard/`` go.
         cfg, optim, schedule, specaug: settings.
-        meta: saved in every checkpoint (see :mod:`asrkit.training.checkpoint`).
+        meta: saved in every checkpoint (see :mod:`asrkit.models.checkpoint`).
         hooks: the distributed strategy (default: single process).
         seed: seeds batch order and masking.
         objective: the loss and dev metrics (default CTC).

@@ -32,13 +32,13 @@ from typing import IO
 import numpy as np
 import torch
 
+from asrkit.data.batch import Batch, CmvnNormalizer, Utterance, plan_buckets
 from asrkit.data.datadir import iter_kaldi_map, read_kaldi_map
 from asrkit.data.kaldi_table import TableReader, read_float_matrix_at, read_matrix, read_matrix_at
+from asrkit.data.prefetch import Prefetcher, ReaderPool, can_fork
 from asrkit.errors import ConfigError, DataError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.data import Batch, CmvnNormalizer, Utterance, plan_buckets
-from asrkit.training.prefetch import Prefetcher, ReaderPool, can_fork
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class _ListReader(UtteranceReader):
 
 def _batch(utts: list[str], feats: torch.Tensor, lengths: np.ndarray,
            tokens: Sequence[np.ndarray] | None, alis: Sequence[np.ndarray | None] | None) -> Batch:
-    """A :class:`Batch` as :func:`~asrkit.training.data.collate` builds it, around ``feats``
+    """A :class:`Batch` as :func:`~asrkit.data.batch.collate` builds it, around ``feats``
     (numpy only, then ``torch.from_numpy``: this may run in a reading thread)."""
     if tokens is None:
         targets, target_lengths = np.zeros(0, dtype=np.int64), np.zeros(len(utts), np.int64)
@@ -620,12 +620,12 @@ class BucketBatches:
     number of batches in the same order.
 
     Reading ahead in worker processes (``loader="process"``) starts a
-    :class:`~asrkit.training.prefetch.ReaderPool` on first use (or :meth:`start`) that
+    :class:`~asrkit.data.prefetch.ReaderPool` on first use (or :meth:`start`) that
     lives until :meth:`close`; use the object as a context manager.
 
     Args:
         source: the set (a list of utterances is taken as an in-memory set).
-        max_frames, max_batch: see :func:`~asrkit.training.data.make_buckets` (global,
+        max_frames, max_batch: see :func:`~asrkit.data.batch.make_buckets` (global,
             across learners).
         shuffle: reshuffle the batch order every epoch.
         seed: base seed; epoch ``e`` uses ``seed + e``.
@@ -636,7 +636,7 @@ class BucketBatches:
         prefetch: batches read ahead by background workers (0: read when asked for).
         workers: reading workers.
         loader: ``process`` (forked worker processes, where ``fork`` is available) or
-            ``thread`` (see :mod:`asrkit.training.prefetch`).
+            ``thread`` (see :mod:`asrkit.data.prefetch`).
     """
 
     def __init__(self, source: UtteranceSource | Sequence[Utterance], *, max_frames: int,

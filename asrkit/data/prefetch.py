@@ -39,8 +39,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 import torch
 
+from asrkit.data.batch import Batch
 from asrkit.errors import UserError
-from asrkit.training.data import Batch
 
 _T = TypeVar("_T")
 
@@ -184,7 +184,7 @@ class Prefetcher(Generic[_T]):
 
 
 class Planner(Protocol):
-    """What a :class:`ReaderPool` reads from (:class:`~asrkit.training.stream.BucketBatches`)."""
+    """What a :class:`ReaderPool` reads from (:class:`~asrkit.data.stream.BucketBatches`)."""
 
     source: Any
     pin_memory: bool
