@@ -9,6 +9,7 @@ unknown keys or bad values into a one-line :class:`ConfigError`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from asrkit.decoding.config import DecodeConfig
 from asrkit.distributed.config import StrategyConfig
-from asrkit.errors import ConfigError
+from asrkit.errors import ConfigError, raise_all
 from asrkit.features.extractors import FeatureConfig
 from asrkit.lm.config import LMConfig
 from asrkit.models.lstm import ModelConfig, model_args
@@ -153,16 +154,42 @@ def compose(
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(_describe(err)) from None
-    typed = to_object(cfg)
-    typed.features.check()
-    typed.tokenizer.check()
-    typed.train.check()
-    typed.optim.check()
-    model_args(typed.model)  # an unknown model.size fails here, not after stages 1-3
-    typed.strategy.check()
-    typed.align.check()
-    typed.decode.check()
-    typed.lm.check()
+    validate(to_object(cfg))
+    return cfg
+
+
+def validate(typed: AsrkitConfig) -> None:
+    """Check every setting: walk the typed config tree once, calling each section's
+    ``check()`` (nested sections too), then the checks across sections; raise one
+    :class:`ConfigError` that lists every bad value found."""
+    problems: list[str] = []
+
+    def visit(node: object) -> None:
+        check = getattr(node, "check", None)
+        if callable(check):
+            try:
+                check()
+            except ConfigError as err:
+                problems.extend(getattr(err, "problems", [str(err)]))
+        for f in dataclasses.fields(node):  # type: ignore[arg-type]
+            child = getattr(node, f.name)
+            if dataclasses.is_dataclass(child):
+                visit(child)
+
+    for f in dataclasses.fields(typed):
+        section = getattr(typed, f.name)
+        if dataclasses.is_dataclass(section):
+            visit(section)
+    for check in (lambda: model_args(typed.model), lambda: _check_across(typed)):
+        try:
+            check()
+        except ConfigError as err:
+            problems.append(str(err))
+    raise_all(problems)
+
+
+def _check_across(typed: AsrkitConfig) -> None:
+    """Settings that are only wrong together (and the top-level ones)."""
     held_out = {typed.data.dev_set, *typed.data.test_sets}
     leaked = sorted(held_out & {Path(e).name for e in typed.lm.sets})
     if leaked:
@@ -174,7 +201,6 @@ def compose(
     check_resume_mode(typed.resume)
     if typed.objective not in OBJECTIVES:
         raise ConfigError(f"objective={typed.objective!r} is unknown; choose one of {sorted(OBJECTIVES)}")
-    return cfg
 
 
 def to_object(cfg: DictConfig) -> AsrkitConfig:

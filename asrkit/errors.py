@@ -18,3 +18,15 @@ class DataError(UserError):
 
 class ConfigError(UserError):
     """A setting is unknown or has a value asrkit cannot use."""
+
+
+def raise_all(problems: list[str]) -> None:
+    """Raise one :class:`ConfigError` that lists every problem (nothing when there is none);
+    its ``problems`` attribute holds them one by one."""
+    unique = list(dict.fromkeys(problems))
+    if not unique:
+        return
+    err = ConfigError(unique[0] if len(unique) == 1 else f"{len(unique)} bad settings: "
+                      + " ".join(f"({k}) {p}" for k, p in enumerate(unique, start=1)))
+    err.problems = unique  # type: ignore[attr-defined]
+    raise err

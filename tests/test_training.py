@@ -208,3 +208,23 @@ def test_checkpoint_averaging_is_the_elementwise_mean(tmp_path: Path) -> None:
 
     with pytest.raises(DataError, match="no checkpoints"):
         average_checkpoints([])
+
+
+def test_every_bad_setting_is_reported_in_one_error() -> None:
+    from asrkit.errors import ConfigError
+
+    bad = {"train.max_frames=-1": "train.max_frames=-1", "optim.lr=0": "optim.lr=0.0",
+           "specaug.time_ratio=2": "specaug.time_ratio=2.0",
+           "schedule.anneal=linear": "schedule.anneal='linear'",
+           "schedule.warmup_steps=-5": "schedule.warmup_steps=-5",
+           "strategy.learners=0": "learners=0", "model.size=huge": "model.size='huge'"}
+    with pytest.raises(ConfigError) as caught:
+        compose(list(bad))
+    message = str(caught.value)
+    assert message.startswith(f"{len(bad)} bad settings: (1) ")
+    for shown in bad.values():
+        assert shown in message, shown
+    assert "\n" not in message  # one line for the CLI's `asrkit: error:`
+    # One bad value alone is reported as itself.
+    with pytest.raises(ConfigError, match=r"^specaug.freq_width=-1 must be >= 0$"):
+        compose(["specaug.freq_width=-1"])

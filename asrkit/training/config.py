@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from asrkit.errors import ConfigError
+from asrkit.errors import ConfigError, raise_all
 
 #: What reads batches ahead (``train.loader``; :mod:`asrkit.data.prefetch`).
 LOADERS = ("process", "thread")
@@ -61,6 +61,19 @@ class ScheduleConfig:
     decay: float = 0.7071
     decay_start_epoch: int = 10
 
+    def check(self) -> None:
+        problems = []
+        if self.warmup_steps < 0 or self.decay_start_epoch < 0:
+            problems.append(f"schedule.warmup_steps={self.warmup_steps} and "
+                            f"schedule.decay_start_epoch={self.decay_start_epoch} must be >= 0")
+        if self.anneal not in ("none", "cosine", "exponential"):
+            problems.append(f"schedule.anneal={self.anneal!r} is unknown; choose none, cosine or "
+                            "exponential")
+        if not 0 <= self.final_scale <= 1 or not 0 < self.decay <= 1:
+            problems.append(f"schedule.final_scale={self.final_scale} must be in [0, 1] and "
+                            f"schedule.decay={self.decay} in (0, 1]")
+        raise_all(problems)
+
 
 @dataclass
 class SpecAugConfig:
@@ -79,6 +92,15 @@ class SpecAugConfig:
     time_masks: int = 2
     time_width: int = 25
     time_ratio: float = 0.1
+
+    def check(self) -> None:
+        counts = {"freq_masks": self.freq_masks, "freq_width": self.freq_width,
+                  "time_masks": self.time_masks, "time_width": self.time_width}
+        problems = [f"specaug.{name}={value} must be >= 0" for name, value in counts.items()
+                    if value < 0]
+        if not 0 <= self.time_ratio <= 1:
+            problems.append(f"specaug.time_ratio={self.time_ratio} must be in [0, 1]")
+        raise_all(problems)
 
 
 @dataclass
@@ -135,6 +157,10 @@ class TrainConfig:
     max_steps: int = 0
 
     def check(self) -> None:
+        if self.max_frames < 1 or self.max_batch < 1:
+            raise ConfigError(f"train.max_frames={self.max_frames} and train.max_batch="
+                              f"{self.max_batch} must be >= 1 (padded frames and utterances per "
+                              "batch)")
         if self.epochs < 1:
             raise ConfigError(f"train.epochs={self.epochs} must be at least 1")
         if self.device not in ("auto", "cpu", "cuda"):
