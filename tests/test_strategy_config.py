@@ -111,3 +111,15 @@ def test_delay_by_one_merge_weight() -> None:
         for _ in range(60):
             d.append(d[-1] - 2 * w * d[-2])
         assert (max(abs(x) for x in d[-6:]) < 1e-6) == decays, w
+
+
+def test_only_communication_failures_are_reported_as_such() -> None:
+    from asrkit.distributed.worker import is_communication_error
+
+    peer_gone = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+                             "closed by peer [127.0.0.1]:29500")
+    assert is_communication_error(peer_gone)
+    assert is_communication_error(RuntimeError("Timed out waiting 30000ms for recv operation"))
+    # A bug in this learner keeps its traceback instead of blaming the others.
+    assert not is_communication_error(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not is_communication_error(RuntimeError("the batch-reading worker process 7 ended"))

@@ -165,7 +165,7 @@ class PairwiseAverager:
         if self.error is not None:
             raise UserError(f"learner {self.rank}: ADPSGD averaging failed "
                             f"({type(self.error).__name__}: {str(self.error).splitlines()[0][:200]}); "
-                            "another learner died or timed out — see its log") from None
+                            "another learner died or timed out — see its log") from self.error
 
     # -- communication thread ------------------------------------------------------------
 

@@ -39,12 +39,27 @@ def main(argv: list[str]) -> int:
         print(f"asrkit: error: {err}", file=sys.stderr)
         return 2
     except (dist.DistError, RuntimeError) as err:
+        if not is_communication_error(err):
+            raise  # a bug, not a peer's failure: keep the traceback
         # Usually the consequence of another learner dying: say so in one line.
         first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
         print(f"asrkit: error: learner {launched_rank()}: communication failed "
               f"({first}); look for the first learner that failed in the log", file=sys.stderr)
         return 1
     return 0
+
+
+#: What torch.distributed's RuntimeErrors say when a peer died or a collective timed out.
+_COMMUNICATION = ("gloo", "nccl", "c10d", "processgroup", "connection closed", "connection reset",
+                  "connection refused", "broken pipe", "timed out", "timeout", "socket")
+
+
+def is_communication_error(err: BaseException) -> bool:
+    """A failure to talk to the other learners (as opposed to a bug in this one)."""
+    if isinstance(err, dist.DistError):
+        return True
+    text = f"{type(err).__name__} {err}".lower()
+    return any(word in text for word in _COMMUNICATION)
 
 
 if __name__ == "__main__":
