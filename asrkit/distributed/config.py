@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from asrkit.errors import ConfigError
 
 STRATEGY_NAMES = ("single", "sync", "adpsgd", "delay_by_one", "hybrid")
+#: The strategies that average weights between learners instead of all-reducing gradients.
+WEIGHT_AVERAGING = ("adpsgd", "delay_by_one", "hybrid")
 
 
 @dataclass

@@ -28,6 +28,7 @@ from asrkit.data.stream import (
     open_data_dir,
 )
 from asrkit.device import pick_device
+from asrkit.distributed.config import WEIGHT_AVERAGING
 from asrkit.distributed.launch import (
     DistContext,
     check_world,
@@ -156,7 +157,7 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
         return
     # Replicas of the averaging strategies differ until the final consensus average, so
     # their model is the last epoch's (the consensus); otherwise the best dev epoch's.
-    averaged = dctx.world_size > 1 and cfg.strategy.name in ("adpsgd", "delay_by_one", "hybrid")
+    averaged = dctx.world_size > 1 and cfg.strategy.name in WEIGHT_AVERAGING
     ckpt_dir, last = exp_dir / "checkpoints", state.epoch
     if cfg.train.average_last > 1:
         first = last - cfg.train.average_last + 1
