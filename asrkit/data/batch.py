@@ -134,16 +134,29 @@ def collate(utts: Sequence[Utterance]) -> Batch:
     feats = np.zeros((len(utts), int(lengths.max()), utts[0].feats.shape[1]), dtype=np.float32)
     for i, u in enumerate(utts):
         feats[i, : u.feats.shape[0]] = u.feats
-    targets = np.concatenate([u.tokens for u in utts]).astype(np.int64, copy=False)
-    target_lengths = np.array([u.tokens.size for u in utts], dtype=np.int64)
+    return batch_around([u.utt for u in utts], torch.from_numpy(feats), lengths,
+                        [u.tokens for u in utts], [u.ali for u in utts])
+
+
+def batch_around(utts: list[str], feats: torch.Tensor, lengths: np.ndarray,
+                 tokens: Sequence[np.ndarray] | None,
+                 alis: Sequence[np.ndarray | None] | None) -> Batch:
+    """A :class:`Batch` around padded ``feats``: ids, lengths, concatenated token targets
+    (none when ``tokens`` is None) and -1-padded frame targets (when every utterance has
+    them). numpy only, then ``torch.from_numpy``: this may run in a reading thread."""
+    if tokens is None:
+        targets, target_lengths = np.zeros(0, dtype=np.int64), np.zeros(len(utts), np.int64)
+    else:
+        targets = np.concatenate(tokens).astype(np.int64)
+        target_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
     frame_targets = None
-    labels = [u.ali for u in utts if u.ali is not None]
-    if len(labels) == len(utts):
+    labels = [a for a in alis if a is not None] if alis is not None else []
+    if alis is not None and len(labels) == len(alis):
         padded = np.full((len(utts), max(a.size for a in labels)), -1, dtype=np.int64)
-        for i, a in enumerate(labels):
-            padded[i, : a.size] = a
+        for k, a in enumerate(labels):
+            padded[k, : a.size] = a
         frame_targets = torch.from_numpy(padded)
-    return Batch([u.utt for u in utts], torch.from_numpy(feats), torch.from_numpy(lengths),
+    return Batch(utts, feats, torch.from_numpy(lengths.astype(np.int64)),
                  torch.from_numpy(targets), torch.from_numpy(target_lengths),
                  frame_targets=frame_targets)
 

@@ -10,10 +10,9 @@ A set of utterances is an :class:`UtteranceSource`: the frame count of each utte
   matrices), normalised and collated one planned batch at a time.
 - :class:`InMemorySource` holds utterances already read (a small set, a test).
 
-:class:`Prefetcher` reads planned batches ahead of the training step in background
-threads, in plan order, at most ``depth`` batches ahead, each thread through its own
-reader (one open handle per archive). Reading a batch is numpy and file I/O, which
-release the GIL, so a thread keeps up without copying batches between processes.
+:class:`BucketBatches` plans the batches of each epoch and reads them ahead of the
+training step through :mod:`asrkit.data.prefetch` (worker processes filling shared memory,
+or threads), each worker through its own reader (one open handle per archive).
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from typing import IO
 import numpy as np
 import torch
 
-from asrkit.data.batch import Batch, CmvnNormalizer, Utterance, plan_buckets
+from asrkit.data.batch import Batch, CmvnNormalizer, Utterance, batch_around, plan_buckets
 from asrkit.data.datadir import iter_kaldi_map, read_kaldi_map
 from asrkit.data.kaldi_table import TableReader, read_float_matrix_at, read_matrix, read_matrix_at
 from asrkit.data.prefetch import Prefetcher, ReaderPool, can_fork
@@ -44,7 +43,6 @@ log = logging.getLogger(__name__)
 
 #: Utterance positions in a source.
 Indices = Sequence[int] | np.ndarray
-
 
 
 class UtteranceReader(ABC):
@@ -140,7 +138,7 @@ class InMemorySource(UtteranceSource):
 
     def assemble(self, indices: np.ndarray, feats: torch.Tensor) -> Batch:
         utts = [self.utts[i] for i in indices.tolist()]
-        return _batch([u.utt for u in utts], feats, self.lengths[indices],
+        return batch_around([u.utt for u in utts], feats, self.lengths[indices],
                       [u.tokens for u in utts], [u.ali for u in utts])
 
     def texts(self) -> dict[str, str]:
@@ -163,27 +161,6 @@ class _ListReader(UtteranceReader):
 
     def read(self, indices: Indices) -> list[Utterance]:
         return [self.source.utts[i] for i in indices]
-
-
-def _batch(utts: list[str], feats: torch.Tensor, lengths: np.ndarray,
-           tokens: Sequence[np.ndarray] | None, alis: Sequence[np.ndarray | None] | None) -> Batch:
-    """A :class:`Batch` as :func:`~asrkit.data.batch.collate` builds it, around ``feats``
-    (numpy only, then ``torch.from_numpy``: this may run in a reading thread)."""
-    if tokens is None:
-        targets, target_lengths = np.zeros(0, dtype=np.int64), np.zeros(len(utts), np.int64)
-    else:
-        targets = np.concatenate(tokens).astype(np.int64)
-        target_lengths = np.array([len(t) for t in tokens], dtype=np.int64)
-    frame_targets = None
-    labels = [a for a in alis if a is not None] if alis is not None else []
-    if alis is not None and len(labels) == len(alis):
-        padded = np.full((len(utts), max(a.size for a in labels)), -1, dtype=np.int64)
-        for k, a in enumerate(labels):
-            padded[k, : a.size] = a
-        frame_targets = torch.from_numpy(padded)
-    return Batch(utts, feats, torch.from_numpy(lengths.astype(np.int64)),
-                 torch.from_numpy(targets), torch.from_numpy(target_lengths),
-                 frame_targets=frame_targets)
 
 
 def as_source(data: UtteranceSource | Sequence[Utterance]) -> UtteranceSource:
@@ -247,7 +224,7 @@ class StreamingSource(UtteranceSource):
 
     def assemble(self, indices: np.ndarray, feats: torch.Tensor) -> Batch:
         rows = indices.tolist()
-        return _batch([self.ids[i] for i in rows], feats, self.lengths[indices],
+        return batch_around([self.ids[i] for i in rows], feats, self.lengths[indices],
                       None if self.tokens is None else [self.tokens[i] for i in rows],
                       None if self.ali is None else [self.ali[i] for i in rows])
 
