@@ -13,18 +13,18 @@ pending averaging delta; the thread exchanges snapshots with its partner and add
 negatives of each other, so the learners' mean is preserved, and local steps taken
 during the exchange are kept (the delta form of the update).
 
-The thread runs on its own gloo process group with a finite timeout (never NCCL from
-a second thread). Every ``check_every`` rounds it all-reduces ``[samples, done]``
-with the others: that gives global progress (which drives epochs and the learning
-rate: a global epoch ends when all learners together have processed the training set
-once) and tells it when every learner has finished. At the end the replicas are
-averaged into one model (consensus) before anything is saved.
+The thread runs on its own gloo group (a :class:`~asrkit.distributed.comm.Communicator`)
+with a finite timeout (never NCCL from a second thread). Every ``check_every`` rounds
+it all-reduces ``[samples, done]`` with the others: that gives global progress (which
+drives epochs and the learning rate: a global epoch ends when all learners together
+have processed the training set once) and tells it when every learner has finished.
+At the end the replicas are averaged into one model (consensus) before anything is
+saved.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import functools
 import logging
 import random
@@ -34,48 +34,38 @@ from collections.abc import Callable, Generator, Iterator
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from asrkit.data.batch import Batch
 from asrkit.data.stream import BucketBatches, UtteranceSource
-from asrkit.distributed.base import (
-    StrategyHooks,
-    add_flat_,
-    broadcast_params,
-    check_enough,
-    consensus_average,
-    flatten,
-)
+from asrkit.distributed.base import StrategyHooks, add_flat_, flatten
+from asrkit.distributed.comm import Communicator
 from asrkit.distributed.config import StrategyConfig
-from asrkit.distributed.launch import DistContext
 from asrkit.distributed.topology import partner_of
 from asrkit.errors import UserError
 from asrkit.training.config import TrainConfig
-from asrkit.training.trainer import TrainState, loader_settings
+from asrkit.training.trainer import TrainState
 
 log = logging.getLogger(__name__)
 
 
 class PairwiseAverager:
-    """The communication thread of one learner among ``members`` (global ranks).
+    """The communication thread of one learner among ``comm.members``.
 
     Args:
         params: the learner's parameters (only the compute thread changes them).
-        members: the ranks that average with each other, in pairing order.
-        rank: this learner's global rank (in ``members``).
-        group: a gloo process group over ``members`` used by this thread alone.
+        comm: a gloo group of the learners that average with each other (pairing order:
+            ``comm.members``), used by this thread alone.
         pattern: ``fixed`` or ``random``.
         seed: shared seed of the random pattern.
         period: local steps per averaging round (pacing).
         check_every: rounds between progress/stop all-reduces.
     """
 
-    def __init__(self, params: list[nn.Parameter], *, members: list[int], rank: int,
-                 group: dist.ProcessGroup, pattern: str, seed: int, period: int,
-                 check_every: int) -> None:
-        self.params, self.members, self.rank, self.group = params, members, rank, group
-        self.index = members.index(rank)
+    def __init__(self, params: list[nn.Parameter], *, comm: Communicator, pattern: str, seed: int,
+                 period: int, check_every: int) -> None:
+        self.params, self.comm = params, comm
+        self.members, self.rank, self.index = comm.members, comm.rank, comm.index
         self.pattern, self.seed, self.period, self.check_every = pattern, seed, period, check_every
         self.snapshot = flatten(params)
         self.pending = torch.zeros_like(self.snapshot)
@@ -91,7 +81,7 @@ class PairwiseAverager:
         self.rounds = 0
         self.wait_s = 0.0
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"adpsgd-comm-{rank}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"adpsgd-comm-{self.rank}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -199,12 +189,8 @@ class PairwiseAverager:
         return self.done or self.local_steps >= steps
 
     def _exchange(self, mine: torch.Tensor, partner: int) -> torch.Tensor:
-        theirs = torch.empty_like(mine)
         began = time.monotonic()
-        request = dist.isend(mine, dst=partner, group=self.group)
-        dist.recv(theirs, src=partner, group=self.group)
-        assert request is not None  # None only for a rank outside the group
-        request.wait()
+        theirs = self.comm.exchange(mine, partner).wait()
         self.wait_s += time.monotonic() - began
         return theirs
 
@@ -213,7 +199,7 @@ class PairwiseAverager:
             status = torch.tensor([float(self.local_samples), float(self.done)], dtype=torch.float64)
             local = self.local_samples
         began = time.monotonic()
-        dist.all_reduce(status, group=self.group)
+        self.comm.all_reduce(status)
         self.wait_s += time.monotonic() - began
         now = time.monotonic()
         with self.cond:
@@ -269,24 +255,20 @@ class AdpsgdHooks(StrategyHooks):
 
     lockstep = False
 
-    def __init__(self, cfg: StrategyConfig, ctx: DistContext, *, seed: int) -> None:
-        super().__init__(cfg, ctx, seed=seed)
-        self.averager: PairwiseAverager | None = None
+    def __init__(self, cfg: StrategyConfig, comm: Communicator, *, seed: int) -> None:
+        super().__init__(cfg, comm, seed=seed)
         self.total = 0
         self._restored_samples: int | None = None
-        # The communication thread's own group, created by every rank before any thread starts.
-        self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=cfg.timeout_s))
+        # The communication thread's own group, made by every rank before any thread starts.
+        pairs = comm.new_group(backend="gloo")
+        assert pairs is not None
+        self.pairs = pairs
 
     def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *,
                      seed: int) -> BucketBatches:
-        # The learner's own shard; local batches are 1/n of the global batch, so optim.lr
-        # keeps SYNC's meaning.
-        check_enough(source, self.world_size)
         self.total = len(source)
-        return ProgressBatches(source, total=len(source), progress=self.global_samples,
-                               indices=range(self.rank, len(source), self.world_size),
-                               seed=seed + self.rank,
-                               **loader_settings(cfg, parts=self.world_size))
+        return self.own_shard(source, cfg, seed=seed, shards=self.world_size, shard=self.rank,
+                              progress=self.global_samples)
 
     def global_samples(self) -> float:
         return self.averager.progress_samples() if self.averager is not None else 0.0
@@ -294,30 +276,16 @@ class AdpsgdHooks(StrategyHooks):
     def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:
         return self.global_samples() / max(1, self.total) * steps_per_epoch
 
-    def comm_wait_s(self) -> float | None:
-        return self.averager.wait_s if self.averager is not None else 0.0
-
-    def averagings(self) -> int:
-        return self.averager.rounds if self.averager is not None else 0
-
     def state_dict(self) -> dict:
         return {"local_samples": self.averager.local_samples if self.averager else 0}
-
-    def paused(self, seconds: float) -> None:
-        if self.averager is not None:
-            self.averager.paused(seconds)
 
     def load_state_dict(self, state: dict) -> None:
         self._restored_samples = int(state["local_samples"])
 
-    def wrap_model(self, model: nn.Module) -> nn.Module:
-        params = list(model.parameters())
-        if not self.resumed:
-            broadcast_params(params, self.world_group)  # replicas start identical, as in SYNC
+    def attach(self, model: nn.Module) -> nn.Module:
         self.averager = PairwiseAverager(
-            params, members=list(range(self.world_size)), rank=self.rank, group=self.group,
-            pattern=self.cfg.pattern, seed=self.seed, period=self.cfg.averaging_period,
-            check_every=self.cfg.check_every)
+            self.params, comm=self.pairs, pattern=self.cfg.pattern, seed=self.seed,
+            period=self.cfg.averaging_period, check_every=self.cfg.check_every)
         if self._restored_samples is not None:
             self.averager.restore(self._restored_samples)
         self.averager.start()
@@ -328,10 +296,7 @@ class AdpsgdHooks(StrategyHooks):
         assert self.averager is not None
         self.averager.publish(state.samples - self.averager.local_samples)
 
-    def finish(self, model: nn.Module, state: TrainState) -> None:
+    def drain(self, model: nn.Module) -> None:
         assert self.averager is not None
         self.averager.finish(self.cfg.timeout_s)
-        add_flat_(list(model.parameters()), self.averager.take_pending())
-        super().finish(model, state)  # metrics, consensus distance before the final average
-        if self.cfg.final_consensus:
-            consensus_average(list(model.parameters()), self.world_group, self.world_size)
+        add_flat_(self.params, self.averager.take_pending())

@@ -1,26 +1,31 @@
-"""What every distributed strategy shares: straggler simulation and per-learner metrics."""
+"""What every distributed strategy shares, written once: the initial broadcast, the end of
+training (drain what is in flight -> metrics -> consensus), sharding, straggler simulation
+and the per-learner metrics. Strategies talk only through a
+:class:`~asrkit.distributed.comm.Communicator`."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from asrkit.data.io import atomic_write
 from asrkit.data.stream import BucketBatches, UtteranceSource
-from asrkit.distributed.config import StragglerConfig, StrategyConfig
-from asrkit.distributed.launch import DistContext
+from asrkit.distributed.comm import Communicator, Pending
+from asrkit.distributed.config import STRATEGIES, StragglerConfig, StrategyConfig
 from asrkit.errors import DataError
 from asrkit.training.config import TrainConfig
 from asrkit.training.resume import Tag, common_tag
 from asrkit.training.trainer import TrainHooks, TrainState, loader_settings
+
+if TYPE_CHECKING:
+    from asrkit.distributed.adpsgd import PairwiseAverager, ProgressBatches
 
 
 class Straggler:
@@ -73,19 +78,35 @@ def steady_rate(learners: list[dict[str, Any]]) -> float | None:
 
 
 class StrategyHooks(TrainHooks):
-    """Base of the distributed strategies: rank bookkeeping, a world-wide gloo group for
-    metrics and consensus, straggler simulation and the per-learner metrics summary.
+    """Base of the distributed strategies.
 
-    Subclasses call ``super()`` in ``before_step``/``after_step``/``finish``.
+    What a strategy adds, it adds at these points: ``attach`` (after the replicas have
+    started from the main learner's weights: wrap the model, start threads), the step
+    hooks, ``drain`` (complete the averaging still in flight when training stops) and
+    ``make_batches`` (default: the lock-step sharding of SYNC and delay-by-one). The
+    rest — the initial broadcast (skipped when resumed), the metrics and the final
+    consensus of weight-averaging strategies, progress, waits and resume agreement — is
+    here. Subclasses call ``super()`` in ``before_step``/``after_step``.
     """
 
-    def __init__(self, cfg: StrategyConfig, ctx: DistContext, *, seed: int) -> None:
-        self.cfg, self.ctx, self.seed = cfg, ctx, seed
-        self.rank, self.world_size = ctx.rank, ctx.world_size
+    #: Communication hides inside the backward pass (DDP): its waiting time is not
+    #: separated and ``comm_wait_s`` is null in the metrics.
+    overlapped_comm = False
+
+    def __init__(self, cfg: StrategyConfig, comm: Communicator, *, seed: int) -> None:
+        self.cfg, self.comm, self.seed = cfg, comm, seed
+        self.rank, self.world_size = comm.rank, comm.size
         self.straggler = Straggler(cfg.straggler, rank=self.rank, world_size=self.world_size)
-        # Every rank creates every group in the same order (torch requires it).
-        self.world_group = dist.new_group(backend="gloo",
-                                          timeout=datetime.timedelta(seconds=cfg.timeout_s))
+        # Metrics, consensus and resume agreement; every rank makes every group in the
+        # same order (torch requires it).
+        world = comm.new_group(backend="gloo")
+        assert world is not None  # every learner is a member
+        self.world = world
+        self.params: list[nn.Parameter] = []
+        #: ADPSGD's averaging thread (ADPSGD, HYBRID's leaders).
+        self.averager: PairwiseAverager | None = None
+        self.wait_s = 0.0  # communication waits outside the averager
+        self.rounds = 0  # averagings outside the averager
         self._began = time.monotonic()
         # Steady-state window: from the end of this learner's first step (after start-up and
         # warm-up) to the end of its last; wall-clock time, comparable across learners.
@@ -93,11 +114,54 @@ class StrategyHooks(TrainHooks):
         self._first_step_samples = 0
         self._last_step_end = 0.0
         self.final_metrics: dict[str, Any] = {}
-        self._saves_barrier: dist.Work | None = None
+        self._saves_barrier: Pending | None = None
+
+    # -- the strategy's own points -----------------------------------------------------
+
+    def attach(self, model: nn.Module) -> nn.Module:
+        """The replicas hold their starting weights: return the module the loop calls."""
+        return model
+
+    def drain(self, model: nn.Module) -> None:
+        """Training has stopped: complete and apply the averaging still in flight."""
+
+    # -- shared behaviour --------------------------------------------------------------
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        self.params = list(model.parameters())
+        if not self.resumed:  # a resumed learner keeps its own restored replica
+            broadcast_params(self.params, self.world)
+        return self.attach(model)
+
+    def finish(self, model: nn.Module, state: TrainState) -> None:
+        self.drain(model)
+        mine = self.learner_metrics(state)
+        mine["consensus_distance"] = round(self.consensus_distance(model), 6)
+        gathered = self.world.all_gather_object(mine)
+        total_s = max(m["seconds"] for m in gathered)
+        self.final_metrics = {
+            "strategy": self.cfg.name, "learners": self.world_size,
+            "aggregate_samples_per_s": round(sum(m["samples"] for m in gathered) / total_s, 3),
+            "steady_samples_per_s": steady_rate(gathered),
+            "mean_consensus_distance": sum(m["consensus_distance"] for m in gathered) / self.world_size,
+            "learners_detail": gathered,
+        }
+        # Replicas of weight-averaging strategies differ until now: average them into one.
+        if STRATEGIES[self.cfg.name].weight_averaging and self.cfg.final_consensus:
+            consensus_average(self.params, self.world)
 
     def comm_wait_s(self) -> float | None:
         """Seconds spent waiting on communication (None where it cannot be separated)."""
-        return None
+        if self.overlapped_comm:
+            return None
+        return self.wait_s + (self.averager.wait_s if self.averager is not None else 0.0)
+
+    def averagings(self) -> int:
+        return self.rounds + (self.averager.rounds if self.averager is not None else 0)
+
+    def paused(self, seconds: float) -> None:
+        if self.averager is not None:
+            self.averager.paused(seconds)
 
     def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *, seed: int) -> BucketBatches:
         # Lock-step strategies (SYNC, delay-by-one): every learner plans the same global
@@ -105,6 +169,20 @@ class StrategyHooks(TrainHooks):
         check_enough(source, self.world_size)
         return BucketBatches(source, seed=seed, rank=self.rank, world=self.world_size,
                              **loader_settings(cfg))
+
+    def own_shard(self, source: UtteranceSource, cfg: TrainConfig, *, seed: int, shards: int,
+                  shard: int, progress: Callable[[], float], rank: int = 0,
+                  world: int = 1) -> ProgressBatches:
+        """Batches of shard ``shard`` of ``shards`` (every ``shards``-th utterance), cycled
+        until the global ``progress`` ends the epoch (ADPSGD, HYBRID: learners that do not
+        step in lock-step); ``rank``/``world`` split each batch among a group's learners."""
+        from asrkit.distributed.adpsgd import ProgressBatches
+
+        check_enough(source, shards)
+        # Batches are 1/shards of the global batch, so optim.lr keeps SYNC's meaning.
+        return ProgressBatches(source, total=len(source), progress=progress,
+                               indices=range(shard, len(source), shards), seed=seed + shard,
+                               rank=rank, world=world, **loader_settings(cfg, parts=shards))
 
     def wait_for_saves(self) -> None:
         # Learners that do not step in lock-step (ADPSGD, HYBRID) save their next state only
@@ -119,20 +197,16 @@ class StrategyHooks(TrainHooks):
 
     def after_resume_save(self) -> None:
         if not self.lockstep:
-            self._saves_barrier = dist.barrier(group=self.world_group, async_op=True)
+            self._saves_barrier = self.world.barrier()
 
     def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, [list(t) for t in tags], group=self.world_group)
+        gathered = self.world.all_gather_object([list(t) for t in tags])
         return common_tag([[tuple(t) for t in mine] for mine in gathered])
-
-    def averagings(self) -> int:
-        return 0
 
     def reduce_sums(self, sums: dict[str, float]) -> dict[str, float]:
         keys = sorted(sums)
         values = torch.tensor([sums[k] for k in keys], dtype=torch.float64)
-        dist.all_reduce(values, group=self.world_group)
+        self.world.all_reduce(values)
         return dict(zip(keys, values.tolist(), strict=True))
 
     def before_step(self, state: TrainState) -> None:
@@ -160,23 +234,9 @@ class StrategyHooks(TrainHooks):
         """This learner's ``||x_i - mean||`` (a collective: every learner calls it)."""
         flat = flatten(list(model.parameters()))
         mean = flat.clone()
-        dist.all_reduce(mean, group=self.world_group)
+        self.world.all_reduce(mean)
         mean /= self.world_size
         return float((flat - mean).norm())
-
-    def finish(self, model: nn.Module, state: TrainState) -> None:
-        mine = self.learner_metrics(state)
-        mine["consensus_distance"] = round(self.consensus_distance(model), 6)
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, mine, group=self.world_group)
-        total_s = max(m["seconds"] for m in gathered)
-        self.final_metrics = {
-            "strategy": self.cfg.name, "learners": self.world_size,
-            "aggregate_samples_per_s": round(sum(m["samples"] for m in gathered) / total_s, 3),
-            "steady_samples_per_s": steady_rate(gathered),
-            "mean_consensus_distance": sum(m["consensus_distance"] for m in gathered) / self.world_size,
-            "learners_detail": gathered,
-        }
 
     def write_metrics(self, exp_dir: Path) -> None:
         """``learners.json`` and per-learner TensorBoard scalars (``learner<r>/...``)."""
@@ -218,11 +278,11 @@ def add_flat_(params: list[nn.Parameter], delta: torch.Tensor, *, scale: float =
 
 
 @torch.no_grad()
-def consensus_average(params: list[nn.Parameter], group: dist.ProcessGroup, size: int) -> None:
-    """Replace every replica by the mean of all replicas (one all-reduce)."""
+def consensus_average(params: list[nn.Parameter], comm: Communicator) -> None:
+    """Replace every replica by the mean of the group's replicas (one all-reduce)."""
     flat = flatten(params)
-    dist.all_reduce(flat, group=group)
-    flat /= size
+    comm.all_reduce(flat)
+    flat /= comm.size
     offset = 0
     for p in params:
         n = p.numel()
@@ -231,7 +291,7 @@ def consensus_average(params: list[nn.Parameter], group: dist.ProcessGroup, size
 
 
 @torch.no_grad()
-def broadcast_params(params: list[nn.Parameter], group: dist.ProcessGroup, src: int = 0) -> None:
-    """Make every replica start from ``src``'s weights."""
+def broadcast_params(params: list[nn.Parameter], comm: Communicator) -> None:
+    """Make every replica of the group start from its first member's weights."""
     for p in params:
-        dist.broadcast(p.data, src=src, group=group)
+        comm.broadcast(p.data, src=comm.members[0])

@@ -6,9 +6,41 @@ from dataclasses import dataclass, field
 
 from asrkit.errors import ConfigError
 
-STRATEGY_NAMES = ("single", "sync", "adpsgd", "delay_by_one", "hybrid")
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    """One entry of the strategy registry.
+
+    Attributes:
+        hooks: ``module:Class`` of its :class:`~asrkit.distributed.base.StrategyHooks`
+            (imported when a run uses it); empty for the single process.
+        weight_averaging: learners average weights (replicas differ during training and
+            ``final_consensus`` averages them at the end), not gradients.
+        summary: one line for help texts.
+    """
+
+    hooks: str
+    weight_averaging: bool
+    summary: str
+
+
+#: The strategies, by ``strategy.name``: the one list that the config checks, the train
+#: stage and the command line read.
+STRATEGIES: dict[str, StrategyInfo] = {
+    "single": StrategyInfo("", False, "one process"),
+    "sync": StrategyInfo("asrkit.distributed.sync:SyncHooks", False,
+                         "synchronous SGD: gradients all-reduced every step (DDP)"),
+    "adpsgd": StrategyInfo("asrkit.distributed.adpsgd:AdpsgdHooks", True,
+                           "asynchronous decentralized pairwise weight averaging"),
+    "delay_by_one": StrategyInfo("asrkit.distributed.delay_by_one:DelayByOneHooks", True,
+                                 "lock-step pairwise averaging overlapped with the next step"),
+    "hybrid": StrategyInfo("asrkit.distributed.hybrid:HybridHooks", True,
+                           "DDP inside groups, ADPSGD among the groups' leaders"),
+}
+STRATEGY_NAMES = tuple(STRATEGIES)
 #: The strategies that average weights between learners instead of all-reducing gradients.
-WEIGHT_AVERAGING = ("adpsgd", "delay_by_one", "hybrid")
+WEIGHT_AVERAGING = tuple(name for name, info in STRATEGIES.items() if info.weight_averaging)
+
 
 
 @dataclass

@@ -26,23 +26,15 @@ the learners is preserved exactly for every ``w``.
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections import deque
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from asrkit.distributed.base import (
-    StrategyHooks,
-    add_flat_,
-    broadcast_params,
-    consensus_average,
-    flatten,
-)
+from asrkit.distributed.base import StrategyHooks, add_flat_, flatten
+from asrkit.distributed.comm import Communicator, Pending
 from asrkit.distributed.config import StrategyConfig
-from asrkit.distributed.launch import DistContext
 from asrkit.distributed.topology import partner_of
 from asrkit.training.trainer import TrainState
 
@@ -50,55 +42,43 @@ from asrkit.training.trainer import TrainState
 class DelayByOneHooks(StrategyHooks):
     """Pairwise averaging each step, merged ``staleness`` steps late."""
 
-    def __init__(self, cfg: StrategyConfig, ctx: DistContext, *, seed: int) -> None:
-        super().__init__(cfg, ctx, seed=seed)
-        self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=cfg.timeout_s))
-        self.params: list[nn.Parameter] = []
-        self.inflight: deque[tuple[torch.Tensor, torch.Tensor, list]] = deque()
-        self.rounds = 0
-        self.wait_s = 0.0
 
-    def comm_wait_s(self) -> float | None:
-        return self.wait_s
-
-    def averagings(self) -> int:
-        return self.rounds
-
-    def wrap_model(self, model: nn.Module) -> nn.Module:
-        self.params = list(model.parameters())
-        if not self.resumed:
-            broadcast_params(self.params, self.world_group)
-        return model
+    def __init__(self, cfg: StrategyConfig, comm: Communicator, *, seed: int) -> None:
+        super().__init__(cfg, comm, seed=seed)
+        pairs = comm.new_group(backend="gloo")
+        assert pairs is not None
+        self.pairs = pairs
+        #: Exchanges started and not merged yet: (my snapshot, the exchange or its result).
+        self.inflight: deque[tuple[torch.Tensor, Pending | torch.Tensor]] = deque()
 
     def state_dict(self) -> dict:
         """The exchanges not merged yet, completed (merging later gives the same result)."""
-        pending = []
-        for mine, theirs, requests in self.inflight:
-            for request in requests:
-                request.wait()
-            requests.clear()
-            pending.append({"mine": mine, "theirs": theirs})
+        pending = [{"mine": mine, "theirs": self._received(i)} for i, (mine, _) in enumerate(self.inflight)]
         return {"pending": pending, "rounds": self.rounds}
 
     def load_state_dict(self, state: dict) -> None:
-        self.inflight = deque((p["mine"], p["theirs"], []) for p in state["pending"])
+        self.inflight = deque((p["mine"], p["theirs"]) for p in state["pending"])
         self.rounds = int(state["rounds"])
+
+    def _received(self, i: int) -> torch.Tensor:
+        """Complete the ``i``-th exchange in flight (counting the wait); its partner's tensor."""
+        mine, theirs = self.inflight[i]
+        if not isinstance(theirs, torch.Tensor):
+            began = time.monotonic()
+            theirs = theirs.wait()
+            self.wait_s += time.monotonic() - began
+            self.inflight[i] = (mine, theirs)
+        return theirs
 
     def before_step(self, state: TrainState) -> None:
         super().before_step(state)
         mine = flatten(self.params)
-        theirs = torch.empty_like(mine)
         partner = partner_of(self.cfg.pattern, self.world_size, state.step, self.seed, self.rank)
-        requests = [dist.isend(mine, dst=partner, group=self.group),
-                    dist.irecv(theirs, src=partner, group=self.group)]
-        self.inflight.append((mine, theirs, requests))
+        self.inflight.append((mine, self.pairs.exchange(mine, partner)))
 
     def _merge_oldest(self) -> None:
-        mine, theirs, requests = self.inflight.popleft()
-        began = time.monotonic()
-        for request in requests:
-            request.wait()
-        self.wait_s += time.monotonic() - began
+        theirs = self._received(0)
+        mine, _ = self.inflight.popleft()
         add_flat_(self.params, theirs - mine, scale=self.cfg.merge_weight)
         self.rounds += 1
 
@@ -107,9 +87,6 @@ class DelayByOneHooks(StrategyHooks):
         while len(self.inflight) > self.cfg.staleness:
             self._merge_oldest()
 
-    def finish(self, model: nn.Module, state: TrainState) -> None:
+    def drain(self, model: nn.Module) -> None:
         while self.inflight:
             self._merge_oldest()
-        super().finish(model, state)
-        if self.cfg.final_consensus:
-            consensus_average(self.params, self.world_group, self.world_size)

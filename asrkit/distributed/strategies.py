@@ -1,30 +1,34 @@
-"""The strategy registry: ``strategy.name`` -> the hooks that plug into the trainer."""
+"""Build a strategy's hooks from the registry (:data:`asrkit.distributed.config.STRATEGIES`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 
-from asrkit.distributed.adpsgd import AdpsgdHooks
-from asrkit.distributed.config import StrategyConfig
-from asrkit.distributed.delay_by_one import DelayByOneHooks
-from asrkit.distributed.hybrid import HybridHooks
+from asrkit.distributed.comm import Communicator, TorchCommunicator
+from asrkit.distributed.config import STRATEGIES, StrategyConfig
 from asrkit.distributed.launch import DistContext
-from asrkit.distributed.sync import SyncHooks
 from asrkit.errors import ConfigError
 from asrkit.training.trainer import TrainHooks
 
-STRATEGIES: dict[str, Callable[[StrategyConfig, DistContext, int], TrainHooks]] = {
-    "single": lambda cfg, ctx, seed: TrainHooks(),
-    "sync": lambda cfg, ctx, seed: SyncHooks(cfg, ctx, seed=seed),
-    "adpsgd": lambda cfg, ctx, seed: AdpsgdHooks(cfg, ctx, seed=seed),
-    "delay_by_one": lambda cfg, ctx, seed: DelayByOneHooks(cfg, ctx, seed=seed),
-    "hybrid": lambda cfg, ctx, seed: HybridHooks(cfg, ctx, seed=seed),
-}
+
+def build_strategy(cfg: StrategyConfig, comm: Communicator, *, seed: int = 1) -> TrainHooks:
+    """``cfg.name``'s hooks for the learner behind ``comm`` (the group of all learners)."""
+    if cfg.name not in STRATEGIES:
+        raise ConfigError(f"strategy.name={cfg.name!r} is unknown; choose one of {sorted(STRATEGIES)}")
+    target = STRATEGIES[cfg.name].hooks
+    if not target or comm.size == 1:
+        return TrainHooks()  # one learner is a plain process, whatever the strategy
+    module, _, name = target.partition(":")
+    hooks = getattr(importlib.import_module(module), name)(cfg, comm, seed=seed)
+    assert isinstance(hooks, TrainHooks)
+    return hooks
 
 
 def build_hooks(cfg: StrategyConfig, ctx: DistContext, *, seed: int = 1) -> TrainHooks:
+    """The hooks of a learner started by torchrun (``ctx``), over torch.distributed."""
     if cfg.name not in STRATEGIES:
         raise ConfigError(f"strategy.name={cfg.name!r} is unknown; choose one of {sorted(STRATEGIES)}")
-    if ctx.world_size == 1 and cfg.name != "single":
-        return TrainHooks()  # one learner is a plain process, whatever the strategy
-    return STRATEGIES[cfg.name](cfg, ctx, seed)
+    if ctx.world_size == 1 or not STRATEGIES[cfg.name].hooks:
+        return TrainHooks()
+    return build_strategy(cfg, TorchCommunicator.world(device=ctx.device, timeout_s=cfg.timeout_s),
+                          seed=seed)

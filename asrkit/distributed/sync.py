@@ -12,18 +12,15 @@ from rank 0's weights (DDP broadcasts them) and stay bitwise identical.
 from __future__ import annotations
 
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from asrkit.distributed.base import StrategyHooks
 
 
 class SyncHooks(StrategyHooks):
-    """DDP gradient averaging over all learners (communication overlaps the backward pass,
-    so its waiting time is not separated: ``comm_wait_s`` is null in the metrics)."""
+    """Gradient averaging over all learners (DDP: communication overlaps the backward
+    pass, so its waiting time is not separated: ``comm_wait_s`` is null in the metrics)."""
 
-    def wrap_model(self, model: nn.Module) -> nn.Module:
-        if self.world_size == 1:
-            return model
-        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        # broadcast_buffers off: the model has no buffers that change during training.
-        return DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
+    overlapped_comm = True
+
+    def attach(self, model: nn.Module) -> nn.Module:
+        return self.comm.data_parallel(model)
