@@ -177,3 +177,39 @@ def test_per_group_table_sums_the_speakers_of_each_group(tmp_path: Path) -> None
     groups.write_text("a child\nb adult\n")  # speaker c has no group
     with pytest.raises(DataError, match="no group for speaker 'c'"):
         score_files(ref, hyp, out_dir=tmp_path / "scoring2", spk2group=groups)
+
+
+def test_compiled_alignment_is_the_python_one() -> None:
+    """The compiled module (built at install) runs align_words' programme: the same ops and
+    counts, for words and for characters, with either weights (counts-only path too)."""
+    from asrkit.scoring import align as align_module
+
+    if align_module._compiled is None:
+        pytest.skip("asrkit.scoring._align was not built (no C compiler at install)")
+    rng = random.Random(7)
+    for _ in range(3000):
+        vocab = "ABCDE"[:rng.randint(1, 5)]
+        ref = [rng.choice(vocab) for _ in range(rng.randint(0, 10))]
+        hyp = [rng.choice(vocab) for _ in range(rng.randint(0, 10))]
+        for weights in ("sclite", "levenshtein"):
+            expected = align_words(ref, hyp, weights=weights)
+            kinds = [op for op, _, _ in expected]
+            counts = tuple(kinds.count(k) for k in "CSDI")
+            assert align_module.align(ref, hyp, weights=weights) == (counts, expected)
+            assert align_module.align(ref, hyp, weights=weights, ops=False) == (counts, None)
+            chars = align_words(list("".join(ref)), list("".join(hyp)), weights=weights)
+            char_kinds = [op for op, _, _ in chars]
+            assert align_module.align("".join(ref), "".join(hyp), weights=weights, ops=False)[0] \
+                == tuple(char_kinds.count(k) for k in "CSDI")
+
+
+def test_python_alignment_scores_the_same_without_the_compiled_module(monkeypatch) -> None:
+    from asrkit.scoring import align as align_module
+
+    refs, hyps = _random_pairs(3)
+    ref = {f"s-{k}": r for k, r in enumerate(refs)}
+    hyp = {f"s-{k}": h for k, h in enumerate(hyps)}
+    first = score_texts(ref, hyp)
+    monkeypatch.setattr(align_module, "_compiled", None)
+    second = score_texts(ref, hyp)
+    assert (first.words, first.chars, first.per_utt) == (second.words, second.chars, second.per_utt)

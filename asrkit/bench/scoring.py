@@ -73,14 +73,34 @@ def bench_scoring(data_dir: str = "", *, utterances: int = 20000) -> dict:
         sclite_s = time.perf_counter() - began
         if theirs.returncode != 0:
             raise RuntimeError(f"sclite failed: {theirs.stderr[-2000:]}")
-    counted = re.search(r"\[ (\d+) /", ours.stdout)
-    if counted is None:
+    ours_counts = _kaldi_counts(ours.stdout)
+    if ours_counts is None:
         raise RuntimeError(f"asrkit score printed no Kaldi %WER line: {ours.stdout[-2000:]}")
-    ours_errors = int(counted.group(1))
-    total = re.search(r"Percent Total Error\s*=.*\(\s*(\d+)\)", theirs.stdout)
-    sclite_errors = int(total.group(1)) if total else None
+    theirs_counts = _sclite_counts(theirs.stdout)
     return {"utterances": utterances, "words": sum(len(r.split()) - 1 for r in refs),
             "asrkit_s": round(asrkit_s, 3), "sclite_s": round(sclite_s, 3),
             "asrkit_over_sclite": round(asrkit_s / sclite_s, 3),
-            "asrkit_errors": ours_errors, "sclite_errors": sclite_errors,
-            "agree": sclite_errors == ours_errors}
+            "asrkit_errors": ours_counts["errors"], "sclite_errors": theirs_counts.get("errors"),
+            "asrkit_sub_del_ins": [ours_counts[k] for k in ("sub", "del", "ins")],
+            "sclite_sub_del_ins": [theirs_counts.get(k) for k in ("sub", "del", "ins")],
+            "agree": ours_counts == theirs_counts}
+
+
+def _kaldi_counts(text: str) -> dict[str, int] | None:
+    """Errors and their breakdown from ``%WER x [ E / N, I ins, D del, S sub ]``."""
+    found = re.search(r"%WER \S+ \[ (\d+) / \d+, (\d+) ins, (\d+) del, (\d+) sub \]", text)
+    if found is None:
+        return None
+    errors, ins, dele, sub = map(int, found.groups())
+    return {"errors": errors, "sub": sub, "del": dele, "ins": ins}
+
+
+def _sclite_counts(text: str) -> dict[str, int]:
+    """The same from sclite's ``dtl`` report (``Percent Substitution = ... ( S)``)."""
+    counts = {}
+    for key, label in (("errors", "Total Error"), ("sub", "Substitution"), ("del", "Deletions"),
+                       ("ins", "Insertions")):
+        found = re.search(rf"Percent {label}\s*=.*\(\s*(\d+)\)", text)
+        if found:
+            counts[key] = int(found.group(1))
+    return counts

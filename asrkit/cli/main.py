@@ -15,18 +15,21 @@ from collections.abc import Sequence
 
 from asrkit.errors import UserError
 
-_COMMANDS = (
-    "asrkit.cli.run",
-    "asrkit.cli.validate_data",
-    "asrkit.cli.check_alignments",
-    "asrkit.cli.bench",
-    "asrkit.cli.score",
-    "asrkit.cli.transcribe",
-    "asrkit.cli.topology",
-)
+#: Sub-command -> its module. Only the chosen command's module is imported (``asrkit
+#: score`` needs no torch); ``asrkit --help`` imports them all to list them.
+_COMMANDS = {
+    "run": "asrkit.cli.run",
+    "validate-data": "asrkit.cli.validate_data",
+    "check-alignments": "asrkit.cli.check_alignments",
+    "bench": "asrkit.cli.bench",
+    "score": "asrkit.cli.score",
+    "transcribe": "asrkit.cli.transcribe",
+    "topology": "asrkit.cli.topology",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv`` naming a command, only that command's sub-parser."""
     parser = argparse.ArgumentParser(
         prog="asrkit",
         description="Speech recognition from raw audio to scored transcripts.",
@@ -35,13 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     import importlib
 
-    for module_name in _COMMANDS:
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    chosen = [_COMMANDS[words[0]]] if words and words[0] in _COMMANDS else list(_COMMANDS.values())
+    for module_name in chosen:
         importlib.import_module(module_name).register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     # argparse takes one run of positionals: KEY=VALUE overrides after an option
     # (`asrkit run a=1 --force b=2`, as recipes' run.sh append their own) join the rest.

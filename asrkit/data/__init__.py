@@ -21,17 +21,40 @@ Shared by training and decoding (import the modules; they need torch):
     - :mod:`asrkit.data.prefetch` — read-ahead in worker processes or threads.
 """
 
-from asrkit.data.audio import load_audio
-from asrkit.data.datadir import (
-    DataDir,
-    read_data_dir,
-    read_kaldi_map,
-    validate_data_dir,
-    write_data_dir,
-    write_kaldi_map,
-)
-from asrkit.data.io import atomic_write, atomic_writer
-from asrkit.data.kaldi_table import read_matrices, read_matrix, read_vector, read_vectors
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from asrkit.data.audio import load_audio
+    from asrkit.data.datadir import (
+        DataDir,
+        read_data_dir,
+        read_kaldi_map,
+        validate_data_dir,
+        write_data_dir,
+        write_kaldi_map,
+    )
+    from asrkit.data.io import atomic_write, atomic_writer
+    from asrkit.data.kaldi_table import read_matrices, read_matrix, read_vector, read_vectors
+
+# Imported on first use, so that a module needing only the text files (scoring) does not
+# pay for numpy and the audio libraries.
+_HOME = {"load_audio": "audio", "atomic_write": "io", "atomic_writer": "io",
+         **dict.fromkeys(("DataDir", "read_data_dir", "read_kaldi_map", "validate_data_dir",
+                          "write_data_dir", "write_kaldi_map"), "datadir"),
+         **dict.fromkeys(("read_matrices", "read_matrix", "read_vector", "read_vectors"),
+                         "kaldi_table")}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'asrkit.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"asrkit.data.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DataDir",

@@ -10,7 +10,8 @@ from pathlib import Path
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.data.io import atomic_write
 from asrkit.errors import DataError
-from asrkit.scoring.align import Op, align_words
+from asrkit.scoring.align import Counts, Op
+from asrkit.scoring.align import align as align_with
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +38,25 @@ class ErrorCounts:
         return 100.0 * self.errors / max(self.ref_words, 1)
 
     def add(self, other: ErrorCounts) -> None:
-        for name in ("ref_words", "corr", "sub", "dele", "ins", "sentences", "sentence_errors"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.ref_words += other.ref_words
+        self.corr += other.corr
+        self.sub += other.sub
+        self.dele += other.dele
+        self.ins += other.ins
+        self.sentences += other.sentences
+        self.sentence_errors += other.sentence_errors
 
     def kaldi_line(self, label: str = "WER") -> str:
         """Kaldi's summary line, e.g. ``%WER 7.42 [ 57 / 773, 5 ins, 9 del, 43 sub ]``."""
         return (f"%{label} {self.wer:.2f} [ {self.errors} / {self.ref_words}, {self.ins} ins, "
                 f"{self.dele} del, {self.sub} sub ]")
+
+    @classmethod
+    def counted(cls, counts: Counts) -> ErrorCounts:
+        """One sentence's counts from its alignment's ``(corr, sub, dele, ins)``."""
+        corr, sub, dele, ins = counts
+        return cls(ref_words=corr + sub + dele, corr=corr, sub=sub, dele=dele, ins=ins, sentences=1,
+                   sentence_errors=int(sub + dele + ins > 0))
 
     @classmethod
     def of(cls, ops: Iterable[Op]) -> ErrorCounts:
@@ -70,6 +83,8 @@ class ScoreResult:
     hyp: dict[str, list[str]]
     missing: list[str] = field(default_factory=list)
     align: str = "sclite"
+    #: Each utterance's word counts (those of ``per_utt``).
+    utt_counts: dict[str, ErrorCounts] = field(default_factory=dict)
 
 
 def speaker_of(utt: str) -> str:
@@ -105,17 +120,19 @@ def score_texts(ref: dict[str, list[str]], hyp: dict[str, list[str]], *,
     words, chars = ErrorCounts(), ErrorCounts()
     per_utt: dict[str, list[Op]] = {}
     per_spk: dict[str, ErrorCounts] = {}
+    utt_counts: dict[str, ErrorCounts] = {}
     for utt, ref_words in ref.items():
         hyp_words = hyp.get(utt, [])
-        ops = align_words(ref_words, hyp_words, weights=align)
+        counted, ops = align_with(ref_words, hyp_words, weights=align)
+        assert ops is not None
         per_utt[utt] = ops
-        counts = ErrorCounts.of(ops)
+        counts = utt_counts[utt] = ErrorCounts.counted(counted)
         words.add(counts)
         per_spk.setdefault(speaker_of(utt), ErrorCounts()).add(counts)
-        chars.add(ErrorCounts.of(align_words(list("".join(ref_words)), list("".join(hyp_words)),
-                                             weights=align)))
+        chars.add(ErrorCounts.counted(align_with("".join(ref_words), "".join(hyp_words),
+                                                 weights=align, ops=False)[0]))
     return ScoreResult(words, chars, per_utt, dict(sorted(per_spk.items())), ref,
-                       {utt: hyp.get(utt, []) for utt in ref}, missing, align)
+                       {utt: hyp.get(utt, []) for utt in ref}, missing, align, utt_counts)
 
 
 def _trn(texts: dict[str, list[str]]) -> str:
@@ -126,13 +143,17 @@ def _trn(texts: dict[str, list[str]]) -> str:
 def _per_utt(result: ScoreResult) -> str:
     lines = []
     for utt, ops in result.per_utt.items():
-        width = [max(len(r or "***"), len(h or "***"), 1) for _, r, h in ops]
-        ref = " ".join((r or "***").ljust(w) for (_, r, _h), w in zip(ops, width, strict=True))
-        hyp = " ".join((h or "***").ljust(w) for (_, _r, h), w in zip(ops, width, strict=True))
-        opl = " ".join(op.ljust(w) for (op, _r, _h), w in zip(ops, width, strict=True))
-        c = ErrorCounts.of(ops)
-        lines += [f"{utt} ref  {ref}".rstrip(), f"{utt} hyp  {hyp}".rstrip(),
-                  f"{utt} op   {opl}".rstrip(), f"{utt} #csid {c.corr} {c.sub} {c.ins} {c.dele}"]
+        # Columns as wide as the longer word (*** for a missing one); built with map() over
+        # builtins, as this runs once per word of the test set.
+        kinds = [op for op, _, _ in ops]
+        refs = [r or "***" for _, r, _ in ops]
+        hyps = [h or "***" for _, _, h in ops]
+        width = list(map(max, map(len, refs), map(len, hyps)))
+        c = result.utt_counts.get(utt) or ErrorCounts.of(ops)
+        lines += [f"{utt} ref  {' '.join(map(str.ljust, refs, width))}".rstrip(),
+                  f"{utt} hyp  {' '.join(map(str.ljust, hyps, width))}".rstrip(),
+                  f"{utt} op   {' '.join(map(str.ljust, kinds, width))}".rstrip(),
+                  f"{utt} #csid {c.corr} {c.sub} {c.ins} {c.dele}"]
     return "\n".join(lines) + "\n"
 
 
