@@ -82,7 +82,7 @@ def test_environment_is_read_in_one_place() -> None:
                               backend="gloo")
     assert context_from_env(torch.device("cpu"), environ={}).world_size == 1
     command = torchrun_command(StrategyConfig(name="sync", learners=2, nnodes=2, node_rank=1),
-                               ["asrkit.distributed.worker", "cfg.yaml"])
+                               ["asrkit.stages.learner", "cfg.yaml"])
     assert "--nnodes=2" in command and "--node-rank=1" in command and command[-1] == "cfg.yaml"
 
 
@@ -114,7 +114,7 @@ def test_delay_by_one_merge_weight() -> None:
 
 
 def test_only_communication_failures_are_reported_as_such() -> None:
-    from asrkit.distributed.worker import is_communication_error
+    from asrkit.stages.learner import is_communication_error
 
     peer_gone = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
                              "closed by peer [127.0.0.1]:29500")

@@ -1,7 +1,7 @@
 """Stage 4: train the acoustic model; writes ``model.pt`` and ``train_summary.json``.
 
 With ``strategy.learners x strategy.nnodes > 1`` the stage starts the learners
-with torchrun (``python -m asrkit.distributed.worker exp/<name>/config.yaml``) and
+with torchrun (``python -m asrkit.stages.learner exp/<name>/config.yaml``) and
 waits; a stage already running under torchrun (a user's own ``torchrun -m asrkit
 run --stage 4 ...``) trains as the learner it was started as.
 """
@@ -70,7 +70,7 @@ def train(ctx: StageContext) -> None:
         # Before any learner starts: they all read the tokenizer this may copy.
         adopt_alignment_tokenizer(alignment_source(ctx.cfg, ctx.exp_dir, "train"), ctx.exp_dir)
     if strategy.world_size > 1 and not under_torchrun():
-        launch_learners(strategy, ["asrkit.distributed.worker", str(ctx.exp_dir / "config.yaml")])
+        launch_learners(strategy, ["asrkit.stages.learner", str(ctx.exp_dir / "config.yaml")])
         if strategy.node_rank == 0:
             log.info("learners finished; model saved as %s", ctx.exp_dir / "model.pt")
         return
