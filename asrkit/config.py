@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from asrkit.decoding.config import DecodeConfig
-from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.config import STRATEGIES, StrategyConfig
 from asrkit.errors import ConfigError, raise_all
 from asrkit.features.extractors import FeatureConfig
 from asrkit.lm.config import LMConfig
@@ -122,7 +122,11 @@ def _register() -> None:
     global _registered
     if _registered:
         return
-    ConfigStore.instance().store(name="asrkit_schema", node=AsrkitConfig)
+    store = ConfigStore.instance()
+    store.store(name="asrkit_schema", node=AsrkitConfig)
+    # conf/strategy/NAME.yaml starts from NAME_schema: that strategy's own dataclass.
+    for name, info in STRATEGIES.items():
+        store.store(group="strategy", name=f"{name}_schema", node=info.config(name=name))
     _registered = True
 
 
@@ -201,6 +205,23 @@ def _check_across(typed: AsrkitConfig) -> None:
     check_resume_mode(typed.resume)
     if typed.objective not in OBJECTIVES:
         raise ConfigError(f"objective={typed.objective!r} is unknown; choose one of {sorted(OBJECTIVES)}")
+
+
+def load_saved(path: str | Path) -> AsrkitConfig:
+    """A config a run saved (``exp/<name>/config.yaml``), typed and checked, with its
+    strategy's own settings dataclass."""
+    saved = OmegaConf.load(path)
+    schema = OmegaConf.structured(AsrkitConfig)
+    name = OmegaConf.select(saved, "strategy.name", default="single")
+    if name not in STRATEGIES:
+        raise ConfigError(f"{path}: strategy.name={name!r} is unknown; choose one of {list(STRATEGIES)}")
+    schema.strategy = OmegaConf.structured(STRATEGIES[name].config(name=name))
+    try:
+        cfg = to_object(OmegaConf.merge(schema, saved))  # type: ignore[arg-type]
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"{path}: {_describe(err)}") from None
+    validate(cfg)
+    return cfg
 
 
 def to_object(cfg: DictConfig) -> AsrkitConfig:

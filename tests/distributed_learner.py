@@ -15,7 +15,7 @@ import torch
 
 from asrkit.data.batch import Utterance
 from asrkit.data.stream import BucketBatches
-from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.config import STRATEGIES, StrategyConfig, strategy_config
 from asrkit.distributed.launch import context_from_env, init_process_group, shutdown_process_group
 from asrkit.distributed.strategies import build_hooks
 from asrkit.models import ModelConfig, build_model
@@ -68,9 +68,10 @@ def main(argv: list[str]) -> int:
     perturb = float(settings.pop("perturb", "0"))
     metrics = settings.pop("metrics", "0") == "1"
     check_validation = settings.pop("validation", "0") == "1"
-    typed = {k: (v == "true") if isinstance(getattr(StrategyConfig, k), bool)
-             else type(getattr(StrategyConfig, k))(v) for k, v in settings.items()}
-    strategy = StrategyConfig(name=name, learners=ctx.world_size, timeout_s=60, **typed)
+    schema = STRATEGIES[name].config
+    typed = {k: (v == "true") if isinstance(getattr(schema, k), bool)
+             else type(getattr(schema, k))(v) for k, v in settings.items()}
+    strategy = strategy_config(name, learners=ctx.world_size, timeout_s=60, **typed)
     init_process_group(ctx, timeout_s=strategy.timeout_s)
     trainer = make_trainer(out, strategy, lr=lr, epochs=epochs, ctx=ctx,
                            dev=24 if check_validation else 4)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from asrkit.distributed.base import flatten
-from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.config import StrategyConfig, strategy_config
 from asrkit.distributed.fake import FakeCommunicator, FakeWorld, FakeWorldError
 from asrkit.distributed.strategies import build_strategy
 from asrkit.training.trainer import TrainState
@@ -133,7 +133,7 @@ def _spread(xs: list[torch.Tensor]) -> float:
 
 @pytest.mark.parametrize("learners, pattern", [(2, "fixed"), (4, "fixed"), (4, "random")])
 def test_adpsgd_preserves_the_mean_and_reaches_consensus(learners: int, pattern: str) -> None:
-    cfg = StrategyConfig(name="adpsgd", learners=learners, pattern=pattern, final_consensus=False,
+    cfg = strategy_config("adpsgd", learners=learners, pattern=pattern, final_consensus=False,
                          timeout_s=20)
     starts, ends, metrics = _mixing_run(cfg, learners, steps=40)
     assert torch.allclose(torch.stack(ends).mean(0), torch.stack(starts).mean(0), atol=1e-5)
@@ -144,7 +144,7 @@ def test_adpsgd_preserves_the_mean_and_reaches_consensus(learners: int, pattern:
 
 
 def test_adpsgd_final_consensus_leaves_one_model() -> None:
-    cfg = StrategyConfig(name="adpsgd", learners=4, pattern="fixed", averaging_period=1000,
+    cfg = strategy_config("adpsgd", learners=4, pattern="fixed", averaging_period=1000,
                          timeout_s=20)
     starts, ends, _ = _mixing_run(cfg, 4, steps=3)
     mean = torch.stack(starts).mean(0)
@@ -157,7 +157,7 @@ def test_delay_by_one_follows_its_recurrence(staleness: int) -> None:
     """Two learners, lr 0: the difference d obeys d(k+1) = d(k) - 2w d(k-s) (the exchange
     started at step k-s is merged at the end of step k; none before step s), and the mean
     never moves."""
-    cfg = StrategyConfig(name="delay_by_one", learners=2, pattern="fixed", staleness=staleness,
+    cfg = strategy_config("delay_by_one", learners=2, pattern="fixed", staleness=staleness,
                          final_consensus=False)
     steps = 6
     traces: list[list[torch.Tensor]] = [[], []]
@@ -197,7 +197,7 @@ def test_sync_gradient_averaging_equals_one_process_on_the_global_batch() -> Non
         return lambda m: ((m(inputs[rows]) - targets[rows]) ** 2).sum() / 4 * 2
 
     def learner(comm: FakeCommunicator):
-        hooks = build_strategy(StrategyConfig(name="sync", learners=2), comm, seed=0)
+        hooks = build_strategy(strategy_config("sync", learners=2), comm, seed=0)
         model = _model()
         wrapped = hooks.wrap_model(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -220,7 +220,7 @@ def test_sync_gradient_averaging_equals_one_process_on_the_global_batch() -> Non
 
 
 def test_hybrid_groups_stay_identical_while_leaders_mix() -> None:
-    cfg = StrategyConfig(name="hybrid", learners=4, group_size=2, pattern="random",
+    cfg = strategy_config("hybrid", learners=4, group_size=2, pattern="random",
                          final_consensus=False, timeout_s=20)
     torch.manual_seed(2)
     inputs, targets = torch.randn(8, 3), torch.randn(8, 2)

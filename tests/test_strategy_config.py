@@ -6,7 +6,13 @@ import pytest
 
 from asrkit.config import compose, to_object
 from asrkit.distributed.base import Straggler, steady_rate
-from asrkit.distributed.config import StragglerConfig, StrategyConfig
+from asrkit.distributed.config import (
+    DelayByOneConfig,
+    StragglerConfig,
+    StrategyConfig,
+    SyncConfig,
+    strategy_config,
+)
 from asrkit.distributed.launch import DistContext, context_from_env, torchrun_command
 from asrkit.errors import ConfigError
 
@@ -19,19 +25,38 @@ from asrkit.errors import ConfigError
     ({"name": "hybrid", "learners": 6, "group_size": 2}, "1 or an even number of groups"),
     ({"name": "hybrid", "learners": 4, "group_size": 3}, "must divide"),
     ({"name": "sync", "learners": 2, "timeout_s": 0}, "timeout_s=0"),
-    ({"name": "sync", "learners": 2, "pattern": "star"}, "strategy.pattern='star'"),
+    ({"name": "adpsgd", "learners": 2, "pattern": "star"}, "strategy.pattern='star'"),
 ])
 def test_bad_strategy_settings_are_named(settings: dict, needle: str) -> None:
     with pytest.raises(ConfigError) as err:
-        StrategyConfig(**settings).check()
+        if settings["name"] == "ring":
+            StrategyConfig(**settings).check()
+        else:
+            strategy_config(**settings).check()
     assert needle in str(err.value)
+
+
+def test_each_strategy_has_its_own_settings() -> None:
+    """strategy=NAME composes NAME's dataclass: another strategy's setting is unknown, and
+    every bad value is reported together."""
+    cfg = to_object(compose(["strategy=delay_by_one", "strategy.staleness=0"]))
+    assert isinstance(cfg.strategy, DelayByOneConfig) and cfg.strategy.merge_weight == 0.5
+    assert type(to_object(compose(["strategy=sync"])).strategy) is SyncConfig
+    with pytest.raises(ConfigError, match="unknown or invalid setting 'strategy.pattern'"):
+        compose(["strategy=sync", "strategy.pattern=fixed"])
+    with pytest.raises(ConfigError, match="staleness") as err:
+        compose(["strategy=delay_by_one", "strategy.staleness=3", "strategy.pattern=star",
+                 "strategy.learners=3"])
+    assert "3 bad settings" in str(err.value)
+    with pytest.raises(ConfigError, match="needs the AdpsgdConfig settings"):
+        StrategyConfig(name="adpsgd", learners=2).check()
 
 
 def test_straggler_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match="straggler.mode"):
-        StrategyConfig(name="sync", learners=2, straggler=StragglerConfig(mode="slow")).check()
+        SyncConfig(learners=2, straggler=StragglerConfig(mode="slow")).check()
     with pytest.raises(ConfigError, match="straggler.rank=5"):
-        StrategyConfig(name="sync", learners=2, straggler=StragglerConfig(mode="one", rank=5)).check()
+        SyncConfig(learners=2, straggler=StragglerConfig(mode="one", rank=5)).check()
 
 
 def test_every_strategy_config_composes_from_the_command_line() -> None:
@@ -81,7 +106,7 @@ def test_environment_is_read_in_one_place() -> None:
     assert ctx == DistContext(rank=3, world_size=4, local_rank=1, device=torch.device("cpu"),
                               backend="gloo")
     assert context_from_env(torch.device("cpu"), environ={}).world_size == 1
-    command = torchrun_command(StrategyConfig(name="sync", learners=2, nnodes=2, node_rank=1),
+    command = torchrun_command(SyncConfig(learners=2, nnodes=2, node_rank=1),
                                ["asrkit.stages.learner", "cfg.yaml"])
     assert "--nnodes=2" in command and "--node-rank=1" in command and command[-1] == "cfg.yaml"
 
@@ -99,11 +124,11 @@ def test_steady_rate_spans_first_step_to_last_step_of_all_learners() -> None:
 
 
 def test_delay_by_one_merge_weight() -> None:
-    assert StrategyConfig(name="delay_by_one", staleness=0).merge_weight == 0.5
-    assert StrategyConfig(name="delay_by_one", staleness=1).merge_weight == 0.125
-    assert StrategyConfig(name="delay_by_one", staleness=1, mix_weight=0.5).merge_weight == 0.5
+    assert DelayByOneConfig(staleness=0).merge_weight == 0.5
+    assert DelayByOneConfig(staleness=1).merge_weight == 0.125
+    assert DelayByOneConfig(staleness=1, mix_weight=0.5).merge_weight == 0.5
     with pytest.raises(ConfigError, match="mix_weight"):
-        StrategyConfig(name="delay_by_one", mix_weight=0.7).check()
+        DelayByOneConfig(mix_weight=0.7).check()
     # The pair-difference recurrence d(k+1) = d(k) - 2w d(k-1): marginal at w = 1/2,
     # contracting at the default 1/8.
     for w, decays in ((0.5, False), (0.125, True)):

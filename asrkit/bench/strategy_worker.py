@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from asrkit.distributed.config import StragglerConfig, StrategyConfig
+from asrkit.distributed.config import WEIGHT_AVERAGING, StragglerConfig, strategy_config
 from asrkit.distributed.launch import context_from_env, init_process_group, shutdown_process_group
 from asrkit.distributed.strategies import build_hooks
 from asrkit.features.cmvn import read_cmvn
@@ -38,9 +38,9 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     ctx = context_from_env(torch.device("cpu"))
-    strategy = StrategyConfig(name=strategy_name, learners=ctx.world_size, timeout_s=300,
-                              pattern=pattern,
-                              straggler=StragglerConfig(mode=straggler, factor=2.0))
+    own = {"pattern": pattern} if strategy_name in WEIGHT_AVERAGING else {}
+    strategy = strategy_config(strategy_name, learners=ctx.world_size, timeout_s=300,
+                               straggler=StragglerConfig(mode=straggler, factor=2.0), **own)
     init_process_group(ctx, timeout_s=strategy.timeout_s)
     tokenizer = Tokenizer(tok_dir)
     normalize = CmvnNormalizer("global", global_stats=read_cmvn(data_dir / "cmvn_global.ark"))

@@ -40,7 +40,7 @@ from asrkit.data.batch import Batch
 from asrkit.data.stream import BucketBatches, UtteranceSource
 from asrkit.distributed.base import StrategyHooks, add_flat_, flatten
 from asrkit.distributed.comm import Communicator
-from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.config import AdpsgdConfig
 from asrkit.distributed.topology import partner_of
 from asrkit.errors import UserError
 from asrkit.training.config import TrainConfig
@@ -254,8 +254,9 @@ class AdpsgdHooks(StrategyHooks):
     """
 
     lockstep = False
+    cfg: AdpsgdConfig
 
-    def __init__(self, cfg: StrategyConfig, comm: Communicator, *, seed: int) -> None:
+    def __init__(self, cfg: AdpsgdConfig, comm: Communicator, *, seed: int) -> None:
         super().__init__(cfg, comm, seed=seed)
         self.total = 0
         self._restored_samples: int | None = None

@@ -18,7 +18,7 @@ from torch import nn
 from asrkit.data.io import atomic_write
 from asrkit.data.stream import BucketBatches, UtteranceSource
 from asrkit.distributed.comm import Communicator, Pending
-from asrkit.distributed.config import STRATEGIES, StragglerConfig, StrategyConfig
+from asrkit.distributed.config import AveragingConfig, StragglerConfig, StrategyConfig
 from asrkit.errors import DataError
 from asrkit.training.config import TrainConfig
 from asrkit.training.resume import Tag, common_tag
@@ -147,7 +147,7 @@ class StrategyHooks(TrainHooks):
             "learners_detail": gathered,
         }
         # Replicas of weight-averaging strategies differ until now: average them into one.
-        if STRATEGIES[self.cfg.name].weight_averaging and self.cfg.final_consensus:
+        if isinstance(self.cfg, AveragingConfig) and self.cfg.final_consensus:
             consensus_average(self.params, self.world)
 
     def comm_wait_s(self) -> float | None:

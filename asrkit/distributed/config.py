@@ -4,43 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from asrkit.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class StrategyInfo:
-    """One entry of the strategy registry.
-
-    Attributes:
-        hooks: ``module:Class`` of its :class:`~asrkit.distributed.base.StrategyHooks`
-            (imported when a run uses it); empty for the single process.
-        weight_averaging: learners average weights (replicas differ during training and
-            ``final_consensus`` averages them at the end), not gradients.
-        summary: one line for help texts.
-    """
-
-    hooks: str
-    weight_averaging: bool
-    summary: str
-
-
-#: The strategies, by ``strategy.name``: the one list that the config checks, the train
-#: stage and the command line read.
-STRATEGIES: dict[str, StrategyInfo] = {
-    "single": StrategyInfo("", False, "one process"),
-    "sync": StrategyInfo("asrkit.distributed.sync:SyncHooks", False,
-                         "synchronous SGD: gradients all-reduced every step (DDP)"),
-    "adpsgd": StrategyInfo("asrkit.distributed.adpsgd:AdpsgdHooks", True,
-                           "asynchronous decentralized pairwise weight averaging"),
-    "delay_by_one": StrategyInfo("asrkit.distributed.delay_by_one:DelayByOneHooks", True,
-                                 "lock-step pairwise averaging overlapped with the next step"),
-    "hybrid": StrategyInfo("asrkit.distributed.hybrid:HybridHooks", True,
-                           "DDP inside groups, ADPSGD among the groups' leaders"),
-}
-STRATEGY_NAMES = tuple(STRATEGIES)
-#: The strategies that average weights between learners instead of all-reducing gradients.
-WEIGHT_AVERAGING = tuple(name for name, info in STRATEGIES.items() if info.weight_averaging)
-
+from asrkit.errors import ConfigError, raise_all
 
 
 @dataclass
@@ -73,7 +37,9 @@ class StragglerConfig:
 
 @dataclass
 class StrategyConfig:
-    """The ``strategy`` group.
+    """The ``strategy`` group: what every strategy has. ``strategy=NAME`` picks the
+    dataclass of that strategy (:data:`STRATEGIES`), which adds its own settings; a
+    setting of another strategy is an unknown key.
 
     Attributes:
         name: ``single`` (one process), ``sync`` (synchronous SGD, DDP), ``adpsgd``
@@ -89,15 +55,6 @@ class StrategyConfig:
         threads_per_learner: intra-op CPU threads per learner process.
         max_restarts: times torchrun restarts the learners after one fails (each restart
             resumes from the last checkpoint every learner holds; ``resume=auto``).
-        pattern: ADPSGD partner pattern, ``fixed`` (ring) or ``random`` (seeded matching).
-        averaging_period: ADPSGD pacing, local steps per averaging round.
-        check_every: ADPSGD rounds between progress/stop all-reduces.
-        final_consensus: average all replicas into one model at the end.
-        staleness: delay-by-one: steps between starting an exchange and merging it (0 or 1).
-        mix_weight: delay-by-one: weight ``w`` of the merged partner difference,
-            ``x += w (x_j - x_i)``; 0 = automatic: 1/2 with staleness 0 (an exact pair
-            average), 1/8 with staleness 1 (why: :mod:`asrkit.distributed.delay_by_one`).
-        group_size: HYBRID: learners per all-reduce group (divides the learner count).
         straggler: simulated slow learners.
     """
 
@@ -111,13 +68,6 @@ class StrategyConfig:
     timeout_s: float = 300.0
     threads_per_learner: int = 1
     max_restarts: int = 0
-    pattern: str = "random"
-    averaging_period: int = 1
-    check_every: int = 1
-    final_consensus: bool = True
-    staleness: int = 1
-    mix_weight: float = 0.0
-    group_size: int = 1
     straggler: StragglerConfig = field(default_factory=StragglerConfig)
 
     @property
@@ -125,48 +75,187 @@ class StrategyConfig:
         return self.learners * self.nnodes
 
     def check(self) -> None:
-        if self.name not in STRATEGY_NAMES:
-            raise ConfigError(f"strategy.name={self.name!r} is unknown; choose one of "
-                              f"{list(STRATEGY_NAMES)}")
+        raise_all(self.problems())
+
+    def problems(self) -> list[str]:
+        """Every bad value (subclasses add theirs to ``super().problems()``)."""
+        problems = []
+        if self.name not in STRATEGIES:
+            problems.append(f"strategy.name={self.name!r} is unknown; choose one of {list(STRATEGIES)}")
+        elif type(self) is not STRATEGIES[self.name].config:
+            problems.append(f"strategy.name={self.name!r} needs the {STRATEGIES[self.name].config.__name__} "
+                            f"settings, not {type(self).__name__}; choose it with strategy={self.name}")
         if self.learners < 1 or self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
-            raise ConfigError(f"strategy: learners={self.learners} and nnodes={self.nnodes} must "
-                              f"be >= 1 and node_rank={self.node_rank} in [0, nnodes)")
+            problems.append(f"strategy: learners={self.learners} and nnodes={self.nnodes} must be >= 1 "
+                            f"and node_rank={self.node_rank} in [0, nnodes)")
         if self.name == "single" and self.world_size > 1:
-            raise ConfigError(f"strategy=single runs one learner but learners x nnodes = "
-                              f"{self.world_size}; pick strategy=sync or set strategy.learners=1")
+            problems.append(f"strategy=single runs one learner but learners x nnodes = {self.world_size}; "
+                            "pick strategy=sync or set strategy.learners=1")
         if self.backend not in ("auto", "gloo", "nccl"):
-            raise ConfigError(f"strategy.backend={self.backend!r}; choose auto, gloo or nccl")
-        if self.pattern not in ("fixed", "random"):
-            raise ConfigError(f"strategy.pattern={self.pattern!r}; choose fixed or random")
-        if self.averaging_period < 1 or self.check_every < 1:
-            raise ConfigError(f"strategy.averaging_period={self.averaging_period} and "
-                              f"strategy.check_every={self.check_every} must be >= 1")
-        if self.name in ("adpsgd", "delay_by_one") and self.world_size > 1 and self.world_size % 2:
-            raise ConfigError(f"strategy={self.name} pairs even with odd ranks, so it needs an even "
-                              f"number of learners, got {self.world_size}")
-        if self.staleness not in (0, 1):
-            raise ConfigError(f"strategy.staleness={self.staleness}; choose 0 or 1")
-        if not 0.0 <= self.mix_weight <= 0.5:
-            raise ConfigError(f"strategy.mix_weight={self.mix_weight} must be in (0, 0.5] "
-                              "(0 = automatic)")
-        if self.name == "hybrid":
-            groups, left = divmod(self.world_size, max(1, self.group_size))
-            if self.group_size < 1 or left or (groups > 1 and groups % 2):
-                raise ConfigError(
-                    f"strategy.group_size={self.group_size} must divide the {self.world_size} "
-                    "learners into 1 or an even number of groups (leaders pair up as in ADPSGD)")
-        self.straggler.check()
+            problems.append(f"strategy.backend={self.backend!r}; choose auto, gloo or nccl")
         if self.straggler.rank >= self.world_size:
-            raise ConfigError(f"strategy.straggler.rank={self.straggler.rank} but there are only "
-                              f"{self.world_size} learners; use -1 (the last) or a rank below that")
+            problems.append(f"strategy.straggler.rank={self.straggler.rank} but there are only "
+                            f"{self.world_size} learners; use -1 (the last) or a rank below that")
         if self.max_restarts < 0:
-            raise ConfigError(f"strategy.max_restarts={self.max_restarts} must be >= 0")
+            problems.append(f"strategy.max_restarts={self.max_restarts} must be >= 0")
         if self.timeout_s <= 0:
-            raise ConfigError(f"strategy.timeout_s={self.timeout_s} must be positive")
+            problems.append(f"strategy.timeout_s={self.timeout_s} must be positive")
+        try:
+            self.straggler.check()
+        except ConfigError as err:
+            problems.append(str(err))
+        return problems
+
+
+@dataclass
+class SyncConfig(StrategyConfig):
+    """``strategy=sync``: nothing beyond the common settings."""
+
+    name: str = "sync"
+    learners: int = 2
+
+
+@dataclass
+class AveragingConfig(StrategyConfig):
+    """What the weight-averaging strategies share.
+
+    Attributes:
+        pattern: partner pattern, ``fixed`` (ring) or ``random`` (seeded matching).
+        final_consensus: average all replicas into one model at the end.
+    """
+
+    pattern: str = "random"
+    final_consensus: bool = True
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.pattern not in ("fixed", "random"):
+            problems.append(f"strategy.pattern={self.pattern!r}; choose fixed or random")
+        if self.name != "hybrid" and self.world_size > 1 and self.world_size % 2:
+            problems.append(f"strategy={self.name} pairs even with odd ranks, so it needs an even number "
+                            f"of learners, got {self.world_size}")
+        return problems
+
+
+@dataclass
+class AdpsgdConfig(AveragingConfig):
+    """``strategy=adpsgd``.
+
+    Attributes:
+        averaging_period: pacing, local steps per averaging round.
+        check_every: rounds between progress/stop all-reduces.
+    """
+
+    name: str = "adpsgd"
+    learners: int = 2
+    averaging_period: int = 1
+    check_every: int = 1
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.averaging_period < 1 or self.check_every < 1:
+            problems.append(f"strategy.averaging_period={self.averaging_period} and "
+                            f"strategy.check_every={self.check_every} must be >= 1")
+        return problems
+
+
+@dataclass
+class DelayByOneConfig(AveragingConfig):
+    """``strategy=delay_by_one``.
+
+    Attributes:
+        staleness: steps between starting an exchange and merging it (0 or 1).
+        mix_weight: weight ``w`` of the merged partner difference, ``x += w (x_j - x_i)``;
+            0 = automatic: 1/2 with staleness 0 (an exact pair average), 1/8 with
+            staleness 1 (why: :mod:`asrkit.distributed.delay_by_one`).
+    """
+
+    name: str = "delay_by_one"
+    learners: int = 2
+    staleness: int = 1
+    mix_weight: float = 0.0
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        if self.staleness not in (0, 1):
+            problems.append(f"strategy.staleness={self.staleness}; choose 0 or 1")
+        if not 0.0 <= self.mix_weight <= 0.5:
+            problems.append(f"strategy.mix_weight={self.mix_weight} must be in (0, 0.5] (0 = automatic)")
+        return problems
 
     @property
     def merge_weight(self) -> float:
-        """delay-by-one's weight of the partner difference (``mix_weight`` resolved)."""
+        """The weight of the partner difference (``mix_weight`` resolved)."""
         if self.mix_weight > 0:
             return self.mix_weight
         return 0.5 if self.staleness == 0 else 0.125
+
+
+@dataclass
+class HybridConfig(AdpsgdConfig):
+    """``strategy=hybrid``: ADPSGD's settings for the group leaders, and
+
+    Attributes:
+        group_size: learners per all-reduce group (divides the learner count into 1 or an
+            even number of groups).
+    """
+
+    name: str = "hybrid"
+    learners: int = 4
+    group_size: int = 2
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        groups, left = divmod(self.world_size, max(1, self.group_size))
+        if self.group_size < 1 or left or (groups > 1 and groups % 2):
+            problems.append(f"strategy.group_size={self.group_size} must divide the {self.world_size} "
+                            "learners into 1 or an even number of groups (leaders pair up as in ADPSGD)")
+        return problems
+
+
+@dataclass(frozen=True)
+class StrategyInfo:
+    """One entry of the strategy registry.
+
+    Attributes:
+        config: its settings' dataclass (what ``strategy=NAME`` composes).
+        hooks: ``module:Class`` of its :class:`~asrkit.distributed.base.StrategyHooks`
+            (imported when a run uses it); empty for the single process.
+        summary: one line for help texts.
+    """
+
+    config: type[StrategyConfig]
+    hooks: str
+    summary: str
+
+    @property
+    def weight_averaging(self) -> bool:
+        """Learners average weights (replicas differ during training and
+        ``final_consensus`` averages them at the end), not gradients."""
+        return issubclass(self.config, AveragingConfig)
+
+
+#: The strategies, by ``strategy.name``: the one list that the config (schemas and
+#: checks), the train stage and the command line read.
+STRATEGIES: dict[str, StrategyInfo] = {
+    "single": StrategyInfo(StrategyConfig, "", "one process"),
+    "sync": StrategyInfo(SyncConfig, "asrkit.distributed.sync:SyncHooks",
+                         "synchronous SGD: gradients all-reduced every step (DDP)"),
+    "adpsgd": StrategyInfo(AdpsgdConfig, "asrkit.distributed.adpsgd:AdpsgdHooks",
+                           "asynchronous decentralized pairwise weight averaging"),
+    "delay_by_one": StrategyInfo(DelayByOneConfig, "asrkit.distributed.delay_by_one:DelayByOneHooks",
+                                 "lock-step pairwise averaging overlapped with the next step"),
+    "hybrid": StrategyInfo(HybridConfig, "asrkit.distributed.hybrid:HybridHooks",
+                           "DDP inside groups, ADPSGD among the groups' leaders"),
+}
+STRATEGY_NAMES = tuple(STRATEGIES)
+#: The strategies that average weights between learners instead of all-reducing gradients.
+WEIGHT_AVERAGING = tuple(name for name, info in STRATEGIES.items() if info.weight_averaging)
+
+
+def strategy_config(name: str, **settings: object) -> StrategyConfig:
+    """``name``'s settings dataclass with ``settings`` (for code and tests; recipes compose
+    it with ``strategy=NAME``)."""
+    if name not in STRATEGIES:
+        raise ConfigError(f"strategy.name={name!r} is unknown; choose one of {list(STRATEGIES)}")
+    return STRATEGIES[name].config(name=name, **settings)  # type: ignore[arg-type]

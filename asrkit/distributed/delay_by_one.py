@@ -34,16 +34,17 @@ from torch import nn
 
 from asrkit.distributed.base import StrategyHooks, add_flat_, flatten
 from asrkit.distributed.comm import Communicator, Pending
-from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.config import DelayByOneConfig
 from asrkit.distributed.topology import partner_of
 from asrkit.training.trainer import TrainState
 
 
 class DelayByOneHooks(StrategyHooks):
     """Pairwise averaging each step, merged ``staleness`` steps late."""
+    cfg: DelayByOneConfig
 
 
-    def __init__(self, cfg: StrategyConfig, comm: Communicator, *, seed: int) -> None:
+    def __init__(self, cfg: DelayByOneConfig, comm: Communicator, *, seed: int) -> None:
         super().__init__(cfg, comm, seed=seed)
         pairs = comm.new_group(backend="gloo")
         assert pairs is not None

@@ -22,7 +22,7 @@ from asrkit.data.stream import BucketBatches, UtteranceSource
 from asrkit.distributed.adpsgd import PairwiseAverager, ProgressBatches
 from asrkit.distributed.base import StrategyHooks, add_flat_
 from asrkit.distributed.comm import Communicator
-from asrkit.distributed.config import StrategyConfig
+from asrkit.distributed.config import HybridConfig
 from asrkit.training.config import TrainConfig
 from asrkit.training.trainer import TrainState
 
@@ -31,8 +31,9 @@ class HybridHooks(StrategyHooks):
     """In-group DDP + ADPSGD among group leaders (resumes from epoch ends, as ADPSGD)."""
 
     lockstep = False
+    cfg: HybridConfig
 
-    def __init__(self, cfg: StrategyConfig, comm: Communicator, *, seed: int) -> None:
+    def __init__(self, cfg: HybridConfig, comm: Communicator, *, seed: int) -> None:
         super().__init__(cfg, comm, seed=seed)
         size = cfg.group_size
         self.groups = self.world_size // size

@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 import torch.distributed as dist
-from omegaconf import OmegaConf
 
-from asrkit.config import AsrkitConfig
+from asrkit.config import load_saved
 from asrkit.device import pick_device
 from asrkit.distributed.launch import context_from_env, launched_rank
 from asrkit.errors import UserError
@@ -27,9 +26,7 @@ def main(argv: list[str]) -> int:
         return 2
     config = Path(argv[0])
     try:
-        schema = OmegaConf.structured(AsrkitConfig)
-        cfg = OmegaConf.to_object(OmegaConf.merge(schema, OmegaConf.load(config)))
-        assert isinstance(cfg, AsrkitConfig)
+        cfg = load_saved(config)
         dctx = context_from_env(pick_device(cfg.train.device), backend=cfg.strategy.backend)
         logging.basicConfig(level=logging.INFO,
                             format=f"%(asctime)s %(levelname)s [learner {dctx.rank}] %(name)s: "
