@@ -37,7 +37,12 @@ from asrkit.training.objectives import OBJECTIVES
 from asrkit.training.resume import check_resume_mode
 
 #: ``conf/`` beside the ``asrkit`` package in a source checkout.
-DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent.parent / "conf"
+#: The configs shipped inside the package, so an installed asrkit finds its defaults.
+DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent / "conf"
+#: What ``${project_root:}`` in a config means: the checkout holding ``recipes/`` (the
+#: corpora's preparation scripts, and ``../shared`` beside it). An installed asrkit has no
+#: recipes: point ``data.corpus_dir``/``data.prep_script`` at yours, or use ``data=kaldi``.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -138,7 +143,7 @@ def compose(
 ) -> DictConfig:
     """Compose ``config_dir/config_name.yaml`` with command-line ``overrides``.
 
-    ``${project_root:}`` in a config resolves to the parent of ``config_dir``.
+    ``${project_root:}`` in a config resolves to :data:`PROJECT_ROOT`.
 
     Raises:
         ConfigError: unknown key, wrong type, missing config file.
@@ -150,7 +155,7 @@ def compose(
             f"{config_dir / (config_name + '.yaml')}: config not found; pass --config-dir "
             "pointing at asrkit's conf/ directory"
         )
-    root = str(config_dir.parent)
+    root = str(PROJECT_ROOT)
     OmegaConf.register_new_resolver("project_root", lambda: root, replace=True)
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):

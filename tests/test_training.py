@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import asrkit
 from asrkit.config import DEFAULT_CONFIG_DIR, compose, to_object
 from asrkit.data.batch import Utterance, collate, make_buckets
 from asrkit.data.datadir import read_kaldi_map
@@ -164,6 +165,22 @@ def test_every_shipped_config_composes() -> None:
             prefix = "+" if group.name == "experiment" else ""
             cfg = to_object(compose([f"{prefix}{group.name}={option.stem}"]))
             assert cfg.name
+
+
+def test_configs_ship_inside_the_package() -> None:
+    """The configs live in the package, and pyproject's package-data globs cover every one of
+    them (a config in a deeper folder would be missing from an installed asrkit)."""
+    import fnmatch
+    import tomllib
+
+    package = Path(asrkit.__file__).parent
+    assert DEFAULT_CONFIG_DIR == package / "conf"
+    globs = tomllib.loads((package.parent / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["asrkit"]
+    shipped = [p.relative_to(package).as_posix() for p in DEFAULT_CONFIG_DIR.rglob("*.yaml")]
+    assert len(shipped) > 20
+    assert [p for p in shipped if not any(fnmatch.fnmatch(p, g) and p.count("/") == g.count("/")
+                                          for g in globs)] == []
 
 
 def test_decode_writes_well_formed_kaldi_text(tmp_path: Path, tokenizer: Tokenizer) -> None:
