@@ -56,6 +56,7 @@ bench-quick: install sysdeps
 
 lint: install
 	$(PY) -m ruff check asrkit recipes tests
+	$(PY) -m ruff format --check asrkit recipes tests
 
 typecheck: install
 	$(PY) -m mypy

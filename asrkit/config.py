@@ -202,11 +202,15 @@ def _check_across(typed: AsrkitConfig) -> None:
     held_out = {typed.data.dev_set, *typed.data.test_sets}
     leaked = sorted(held_out & {Path(e).name for e in typed.lm.sets})
     if leaked:
-        raise ConfigError(f"lm.sets={typed.lm.sets} includes {leaked}: the LM must not see dev or "
-                          "test transcripts; train it on the training set (the default)")
+        raise ConfigError(
+            f"lm.sets={typed.lm.sets} includes {leaked}: the LM must not see dev or "
+            "test transcripts; train it on the training set (the default)"
+        )
     if typed.decode.tune_set in typed.data.test_sets:
-        raise ConfigError(f"decode.tune_set={typed.decode.tune_set!r} is a test set; tune on the "
-                          f"dev set ({typed.data.dev_set})")
+        raise ConfigError(
+            f"decode.tune_set={typed.decode.tune_set!r} is a test set; tune on the "
+            f"dev set ({typed.data.dev_set})"
+        )
     check_resume_mode(typed.resume)
     if typed.objective not in OBJECTIVES:
         raise ConfigError(f"objective={typed.objective!r} is unknown; choose one of {sorted(OBJECTIVES)}")
@@ -242,18 +246,30 @@ def _describe(err: Exception) -> str:
     detail = " ".join(str(cause).split()) if cause else ""
     if "not in struct" in text + detail or "Could not override" in text:
         key = text.split("'")[1] if "'" in text else "?"
-        return (f"unknown or invalid setting '{key}': {detail or text}; check the spelling "
-                "against `asrkit run --cfg` (add a new key with +key=value)")
+        return (
+            f"unknown or invalid setting '{key}': {detail or text}; check the spelling "
+            "against `asrkit run --cfg` (add a new key with +key=value)"
+        )
     return f"bad configuration: {text}{(' (' + detail + ')') if detail else ''}"
 
 
 #: Settings that do not change what a stage produces (parallelism, logging, rendezvous,
 #: fault handling); a change to them does not make a finished stage run again.
-NOT_OUTPUT_SETTINGS = frozenset({
-    "features.nj", "train.progress", "train.log_every", "train.save_every",
-    "train.keep_checkpoints", "strategy.master_addr", "strategy.master_port",
-    "strategy.node_rank", "strategy.timeout_s", "strategy.max_restarts", "decode.nj",
-})
+NOT_OUTPUT_SETTINGS = frozenset(
+    {
+        "features.nj",
+        "train.progress",
+        "train.log_every",
+        "train.save_every",
+        "train.keep_checkpoints",
+        "strategy.master_addr",
+        "strategy.master_port",
+        "strategy.node_rank",
+        "strategy.timeout_s",
+        "strategy.max_restarts",
+        "decode.nj",
+    }
+)
 
 
 def settings_hash(cfg: AsrkitConfig, keys: Sequence[str]) -> tuple[str, dict]:

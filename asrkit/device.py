@@ -19,8 +19,10 @@ def pick_device(name: str) -> torch.device:
     if name not in DEVICES:
         raise ConfigError(f"device {name!r} is unknown; choose {', '.join(DEVICES)}")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device cuda was asked for but no CUDA device is visible; use the CPU "
-                          "(train.device=auto or cpu, --device cpu)")
+        raise ConfigError(
+            "device cuda was asked for but no CUDA device is visible; use the CPU "
+            "(train.device=auto or cpu, --device cpu)"
+        )
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)

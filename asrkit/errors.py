@@ -26,7 +26,10 @@ def raise_all(problems: list[str]) -> None:
     unique = list(dict.fromkeys(problems))
     if not unique:
         return
-    err = ConfigError(unique[0] if len(unique) == 1 else f"{len(unique)} bad settings: "
-                      + " ".join(f"({k}) {p}" for k, p in enumerate(unique, start=1)))
+    err = ConfigError(
+        unique[0]
+        if len(unique) == 1
+        else f"{len(unique)} bad settings: " + " ".join(f"({k}) {p}" for k, p in enumerate(unique, start=1))
+    )
     err.problems = unique  # type: ignore[attr-defined]
     raise err

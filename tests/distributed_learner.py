@@ -31,16 +31,31 @@ def synthetic_utterances(tokenizer: Tokenizer, count: int = 24, seed: int = 0) -
     utts = []
     for k in range(count):
         tokens = rng.integers(1, tokenizer.num_tokens + 1, size=int(rng.integers(2, 6)))
-        frames = [np.sin(np.arange(DIM) * (int(t) + 1) * 0.37) + 0.1 * rng.standard_normal(DIM)
-                  for t in tokens for _ in range(int(rng.integers(3, 7)))]
-        utts.append(Utterance(f"s{k % 3}-u{k:03d}", np.asarray(frames, dtype=np.float32),
-                              tokens.astype(np.int64), "A B"))
+        frames = [
+            np.sin(np.arange(DIM) * (int(t) + 1) * 0.37) + 0.1 * rng.standard_normal(DIM)
+            for t in tokens
+            for _ in range(int(rng.integers(3, 7)))
+        ]
+        utts.append(
+            Utterance(
+                f"s{k % 3}-u{k:03d}", np.asarray(frames, dtype=np.float32), tokens.astype(np.int64), "A B"
+            )
+        )
     return utts
 
 
-def make_trainer(out: Path, strategy: StrategyConfig, *, lr: float, epochs: int, ctx=None,
-                 resume: str = "false", save_every: int = 0, randomness: bool = False,
-                 dev: int = 4) -> Trainer:
+def make_trainer(
+    out: Path,
+    strategy: StrategyConfig,
+    *,
+    lr: float,
+    epochs: int,
+    ctx=None,
+    resume: str = "false",
+    save_every: int = 0,
+    randomness: bool = False,
+    dev: int = 4,
+) -> Trainer:
     """The tiny model on the synthetic set; ``randomness`` adds dropout and SpecAugment (so
     a resumed run must restore the random generators to match)."""
     torch.manual_seed(0)
@@ -50,13 +65,30 @@ def make_trainer(out: Path, strategy: StrategyConfig, *, lr: float, epochs: int,
     model = build_model(model_cfg, input_dim=DIM, num_tokens=tokenizer.num_tokens)
     hooks = build_hooks(strategy, ctx, seed=0) if ctx is not None else None
     specaug = SpecAugConfig(enabled=randomness, freq_width=2, time_width=3)
-    return Trainer(model, utts, utts[:dev], tokenizer=tokenizer, exp_dir=out / "exp",
-                   cfg=TrainConfig(epochs=epochs, max_frames=300, max_batch=8, progress=False,
-                                   device="cpu", clip_grad_norm=1.0, save_every=save_every),
-                   optim=OptimConfig(name="sgd", lr=lr, momentum=0.9),
-                   schedule=ScheduleConfig(warmup_steps=0, anneal="none"),
-                   specaug=specaug, meta={"model": model.args}, hooks=hooks,
-                   seed=0, resume=resume, resume_key="test")
+    return Trainer(
+        model,
+        utts,
+        utts[:dev],
+        tokenizer=tokenizer,
+        exp_dir=out / "exp",
+        cfg=TrainConfig(
+            epochs=epochs,
+            max_frames=300,
+            max_batch=8,
+            progress=False,
+            device="cpu",
+            clip_grad_norm=1.0,
+            save_every=save_every,
+        ),
+        optim=OptimConfig(name="sgd", lr=lr, momentum=0.9),
+        schedule=ScheduleConfig(warmup_steps=0, anneal="none"),
+        specaug=specaug,
+        meta={"model": model.args},
+        hooks=hooks,
+        seed=0,
+        resume=resume,
+        resume_key="test",
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -69,12 +101,13 @@ def main(argv: list[str]) -> int:
     metrics = settings.pop("metrics", "0") == "1"
     check_validation = settings.pop("validation", "0") == "1"
     schema = STRATEGIES[name].config
-    typed = {k: (v == "true") if isinstance(getattr(schema, k), bool)
-             else type(getattr(schema, k))(v) for k, v in settings.items()}
+    typed = {
+        k: (v == "true") if isinstance(getattr(schema, k), bool) else type(getattr(schema, k))(v)
+        for k, v in settings.items()
+    }
     strategy = strategy_config(name, learners=ctx.world_size, timeout_s=60, **typed)
     init_process_group(ctx, timeout_s=strategy.timeout_s)
-    trainer = make_trainer(out, strategy, lr=lr, epochs=epochs, ctx=ctx,
-                           dev=24 if check_validation else 4)
+    trainer = make_trainer(out, strategy, lr=lr, epochs=epochs, ctx=ctx, dev=24 if check_validation else 4)
     if ctx.rank == 0:
         torch.save(trainer.model.state_dict(), out / "initial.pt")
     if perturb:
@@ -97,11 +130,15 @@ def main(argv: list[str]) -> int:
         # whole dev set alone with the final weights (no collective).
         batches = BucketBatches(trainer.dev, max_frames=300, max_batch=8, shuffle=False, prefetch=0)
         alone = trainer.objective.validate(
-            trainer.model.eval(), batches.loader(iter(batches.buckets)), tokenizer=trainer.tokenizer,
-            texts=trainer.dev_texts)
+            trainer.model.eval(),
+            batches.loader(iter(batches.buckets)),
+            tokenizer=trainer.tokenizer,
+            texts=trainer.dev_texts,
+        )
         sharded = {k: v for k, v in trainer.last_dev.items() if k in alone}
-        (out / f"validation{ctx.rank}.json").write_text(json.dumps(
-            {"sharded": sharded, "alone": alone, "dev_batches": len(batches)}))
+        (out / f"validation{ctx.rank}.json").write_text(
+            json.dumps({"sharded": sharded, "alone": alone, "dev_batches": len(batches)})
+        )
     if metrics:
         trainer.hooks.write_metrics(out / "exp")
     torch.save(trainer.model.state_dict(), out / f"rank{ctx.rank}.pt")

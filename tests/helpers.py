@@ -46,8 +46,7 @@ def make_an4_corpus(root: Path, layout: str) -> Path:
                 if layout == "raw":
                     base.with_suffix(".raw").write_bytes(audio.astype(">i2").tobytes())
                 else:
-                    soundfile.write(base.with_suffix(".sph"), audio, 16000, format="NIST",
-                                    subtype="PCM_16")
+                    soundfile.write(base.with_suffix(".sph"), audio, 16000, format="NIST", subtype="PCM_16")
                 marks = ("<s> ", " </s>") if folder == "an4_clstk" else ("", "")
                 trans.append(f"{marks[0]}{words[n]}{marks[1]} ({corpus_id})")
                 ids.append(f"{folder}/{spk}/{corpus_id}")
@@ -77,8 +76,15 @@ def make_data_dir(path: Path, *, utts: int = 4, rate: int = 16000, seed: int = 0
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m asrkit ARGS`` in a subprocess (how users meet the CLI)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "asrkit", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "asrkit", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def tiny_recipe(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -86,7 +92,19 @@ def tiny_recipe(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     with the tiny model for 2 epochs (``extra``: more overrides)."""
     for i, name in enumerate(("train", "train_dev", "test")):
         make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
-    return run_cli("run", "--stage", "2", "--stop-stage", "5", f"data_root={tmp_path / 'data'}",
-                   f"feats_root={tmp_path / 'fbank'}", f"exp_dir={tmp_path / 'exp'}",
-                   "features.nj=1", "model=tiny", "train.epochs=2", "train.progress=false",
-                   "features.num_mel_bins=23", *extra)
+    return run_cli(
+        "run",
+        "--stage",
+        "2",
+        "--stop-stage",
+        "5",
+        f"data_root={tmp_path / 'data'}",
+        f"feats_root={tmp_path / 'fbank'}",
+        f"exp_dir={tmp_path / 'exp'}",
+        "features.nj=1",
+        "model=tiny",
+        "train.epochs=2",
+        "train.progress=false",
+        "features.num_mel_bins=23",
+        *extra,
+    )

@@ -25,8 +25,9 @@ def random_features(seed: int, rows: dict[str, int], *, dim: int = 5) -> dict[st
     return {utt: rng.normal(0, 3, size=(n, dim)).astype(np.float32) for utt, n in rows.items()}
 
 
-def write_mat_ark(path: Path, mats: dict[str, np.ndarray], *, compress_as: str | None = None
-                  ) -> dict[str, int]:
+def write_mat_ark(
+    path: Path, mats: dict[str, np.ndarray], *, compress_as: str | None = None
+) -> dict[str, int]:
     """A binary matrix archive; returns each key's scp offset (just past ``key ``).
 
     Matrices are ``FM``/``DM`` by dtype (kaldi-io's writer), or with ``compress_as`` given
@@ -104,9 +105,14 @@ def compress(mat: np.ndarray, token: str) -> bytes:
         col_headers.append(struct.pack("<4H", *p))
         p0, p25, p75, p100 = from_u16(np.array(p), low, span)
         code = np.where(
-            column < p25, np.clip(np.floor((column - p0) / (p25 - p0) * 64 + 0.5), 0, 64),
-            np.where(column < p75, 64 + np.clip(np.floor((column - p25) / (p75 - p25) * 128 + 0.5), 0, 128),
-                     192 + np.clip(np.floor((column - p75) / (p100 - p75) * 63 + 0.5), 0, 63)))
+            column < p25,
+            np.clip(np.floor((column - p0) / (p25 - p0) * 64 + 0.5), 0, 64),
+            np.where(
+                column < p75,
+                64 + np.clip(np.floor((column - p25) / (p75 - p25) * 128 + 0.5), 0, 128),
+                192 + np.clip(np.floor((column - p75) / (p100 - p75) * 63 + 0.5), 0, 63),
+            ),
+        )
         col_bytes.append(code.astype(np.uint8).tobytes())
     return b"\0BCM " + header + b"".join(col_headers) + b"".join(col_bytes)
 
@@ -137,8 +143,9 @@ def read_cm_with_kaldi_io(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[s
     """
     reshape = np.reshape
 
-    def reshape_with_newshape(a: np.ndarray, *args: object, newshape: object = None,
-                              **kwargs: object) -> np.ndarray:
+    def reshape_with_newshape(
+        a: np.ndarray, *args: object, newshape: object = None, **kwargs: object
+    ) -> np.ndarray:
         return reshape(a, newshape, **kwargs) if newshape is not None else reshape(a, *args, **kwargs)
 
     with monkeypatch.context() as patch:

@@ -77,8 +77,13 @@ def _write_data_dir(path: Path, frames: dict[str, int], *, feats_scp: str | None
 
 def test_binary_int_vector_layout_is_kaldis(tmp_path: Path) -> None:
     data = _int_ark_bytes({"spk1-utt1": np.array([3, -1, 70000], dtype=np.int32)}, tmp_path)
-    expected = (b"spk1-utt1 " + b"\0B" + b"\x04" + struct.pack("<i", 3)
-                + b"".join(b"\x04" + struct.pack("<i", v) for v in (3, -1, 70000)))
+    expected = (
+        b"spk1-utt1 "
+        + b"\0B"
+        + b"\x04"
+        + struct.pack("<i", 3)
+        + b"".join(b"\x04" + struct.pack("<i", v) for v in (3, -1, 70000))
+    )
     assert data == expected
     assert read_alignments(str(tmp_path / "tmp.ark"))["spk1-utt1"].tolist() == [3, -1, 70000]
 
@@ -99,8 +104,7 @@ def test_text_vectors_with_brackets_and_empty_ones(tmp_path: Path) -> None:
     # kaldi-io 0.9.8 reads the empty "b-2 " line's vector from the next line's key.
     (tmp_path / "ali.txt").write_text("b-1 [ 1 2 3 ]\nb-2 \nb-3 4 5 \nb-4\n")
     got = read_alignments(f"ark,t:{tmp_path / 'ali.txt'}")
-    assert {u: a.tolist() for u, a in got.items()} == {"b-1": [1, 2, 3], "b-2": [], "b-3": [4, 5],
-                                                       "b-4": []}
+    assert {u: a.tolist() for u, a in got.items()} == {"b-1": [1, 2, 3], "b-2": [], "b-3": [4, 5], "b-4": []}
 
 
 def test_gzipped_archive_through_a_pipe_and_as_a_bare_path(tmp_path: Path) -> None:
@@ -122,11 +126,17 @@ def test_scp_with_byte_offsets(tmp_path: Path) -> None:
     for source in (f"scp:{tmp_path / 'ali.scp'}", str(tmp_path / "ali.scp")):
         got = read_alignments(source)
         assert {u: a.tolist() for u, a in got.items()} == {
-            u: a.tolist() for u, a in {**first, **second}.items()}
+            u: a.tolist() for u, a in {**first, **second}.items()
+        }
 
 
-def _ali_dir(tmp_path: Path, parts: list[dict[str, np.ndarray]], *, factor: int | None = 3,
-             num_classes: int | None = 10) -> Path:
+def _ali_dir(
+    tmp_path: Path,
+    parts: list[dict[str, np.ndarray]],
+    *,
+    factor: int | None = 3,
+    num_classes: int | None = 10,
+) -> Path:
     ali_dir = tmp_path / "exp" / "tri3_ali"
     ali_dir.mkdir(parents=True)
     for job, alis in enumerate(parts, start=1):
@@ -181,8 +191,11 @@ def test_garbage_and_wrong_kind_of_archive(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="noise.bin: .*not a Kaldi"):
         read_alignments(str(tmp_path / "noise.bin"))
     write_mat_ark(tmp_path / "feats.ark", random_features(7, {"h-1": 4}))
-    with pytest.raises(DataError, match=r"feats\.ark: utterance 'h-1': holds a 'FM' object, not an "
-                                        r"int32 vector"):
+    with pytest.raises(
+        DataError,
+        match=r"feats\.ark: utterance 'h-1': holds a 'FM' object, not an "
+        r"int32 vector",
+    ):
         read_alignments(f"ark:{tmp_path / 'feats.ark'}")
     _write_int_ark(tmp_path / "ali.ark", _alignments(7, {"h-2": 4}))
     with pytest.raises(DataError, match=r"ali\.ark: utterance 'h-2': holds an int32 vector"):
@@ -227,7 +240,8 @@ def test_stale_scp_offset(tmp_path: Path) -> None:
 
 
 def test_compressed_matrix_cm_decodes_in_kaldi_io_within_quantisation_error(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mat = random_features(11, {"k": 40}, dim=6)["k"]
     (tmp_path / "cm.ark").write_bytes(b"k-1 " + compress(mat, "CM"))
     decoded = read_cm_with_kaldi_io(tmp_path / "cm.ark", monkeypatch)["k-1"]
@@ -241,9 +255,9 @@ def test_compressed_matrix_cm2_cm3_layout(tmp_path: Path) -> None:
     mat = random_features(12, {"k": 9}, dim=4)["k"]
     low, span, _ = global_header(mat)
     payload = compress(mat, "CM2")
-    q = np.frombuffer(payload[len(b"\0BCM2 ") + 16:], dtype="<u2").reshape(mat.shape)
+    q = np.frombuffer(payload[len(b"\0BCM2 ") + 16 :], dtype="<u2").reshape(mat.shape)
     assert np.abs(from_u16(q, low, span) - mat).max() <= span / 65535
-    q3 = np.frombuffer(compress(mat, "CM3")[len(b"\0BCM3 ") + 16:], dtype=np.uint8).reshape(mat.shape)
+    q3 = np.frombuffer(compress(mat, "CM3")[len(b"\0BCM3 ") + 16 :], dtype=np.uint8).reshape(mat.shape)
     assert np.abs(low + span / 255 * q3 - mat).max() <= span / 255
     # kaldi-io 0.9.8 decodes only CM (it asserts the token is 'CM '), so frame counts
     # must not rely on it for CM2/CM3.
@@ -293,8 +307,11 @@ def test_truncated_feature_archive(tmp_path: Path) -> None:
     write_mat_ark(tmp_path / "feats.ark", random_features(15, {"o-1": 4, "o-2": 30}))
     data = (tmp_path / "feats.ark").read_bytes()
     (tmp_path / "feats.ark").write_bytes(data[:-8])
-    with pytest.raises(DataError, match=r"feats\.ark: utterance 'o-2': truncated.*\(last good "
-                                        r"utterance: 'o-1'\)"):
+    with pytest.raises(
+        DataError,
+        match=r"feats\.ark: utterance 'o-2': truncated.*\(last good "
+        r"utterance: 'o-1'\)",
+    ):
         read_frame_counts(f"ark:{tmp_path / 'feats.ark'}")
 
 
@@ -332,9 +349,11 @@ def test_missing_alignments_are_one_error_or_allowed(tmp_path: Path) -> None:
 
 def test_lengths_within_tolerance_are_padded_or_trimmed(tmp_path: Path) -> None:
     frames = {"r-1": 10, "r-2": 10, "r-3": 10}
-    alis = {"r-1": np.array([1] * 7 + [4], dtype=np.int32),      # 2 short: repeat the last label
-            "r-2": np.arange(11, dtype=np.int32) % 5,            # 1 long: trim
-            "r-3": np.full(10, 2, dtype=np.int32)}
+    alis = {
+        "r-1": np.array([1] * 7 + [4], dtype=np.int32),  # 2 short: repeat the last label
+        "r-2": np.arange(11, dtype=np.int32) % 5,  # 1 long: trim
+        "r-3": np.full(10, 2, dtype=np.int32),
+    }
     usable, report = check_alignments(alis, frames, AlignmentCheckConfig(tolerance=2))
     assert report.usable and report.fixed == ["r-1", "r-2"]
     assert usable["r-1"].tolist() == [1] * 7 + [4, 4, 4]
@@ -347,15 +366,21 @@ def test_length_beyond_tolerance_is_an_error(tmp_path: Path) -> None:
     alis = {"s-1": np.zeros(14, dtype=np.int32), "s-2": np.zeros(10, dtype=np.int32)}
     usable, report = check_alignments(alis, frames, AlignmentCheckConfig(tolerance=2), source="a.ark")
     assert report.bad_length == [("s-1", 14, 10)] and list(usable) == ["s-2"]
-    with pytest.raises(DataError, match=r"a\.ark: .*1 alignment\(s\) more than 2 label\(s\) off "
-                                        r".*first: s-1 \(got 14, expected 10\).*--tolerance"):
+    with pytest.raises(
+        DataError,
+        match=r"a\.ark: .*1 alignment\(s\) more than 2 label\(s\) off "
+        r".*first: s-1 \(got 14, expected 10\).*--tolerance",
+    ):
         report.raise_if_unusable()
 
 
 def test_labels_out_of_range(tmp_path: Path) -> None:
     frames = {"t-1": 4, "t-2": 4, "t-3": 4}
-    alis = {"t-1": np.array([0, 1, 7, 9], dtype=np.int32), "t-2": np.array([0, -1, 2, 3], dtype=np.int32),
-            "t-3": np.array([1, 2, 3, 4], dtype=np.int32)}
+    alis = {
+        "t-1": np.array([0, 1, 7, 9], dtype=np.int32),
+        "t-2": np.array([0, -1, 2, 3], dtype=np.int32),
+        "t-3": np.array([1, 2, 3, 4], dtype=np.int32),
+    }
     _, report = check_alignments(alis, frames, AlignmentCheckConfig(num_classes=5))
     assert report.bad_label == [("t-1", 7), ("t-2", -1)]
     with pytest.raises(DataError) as err:
@@ -371,8 +396,9 @@ def test_subsampling_factor_three_from_the_dir(tmp_path: Path) -> None:
     assert list(expected.values()) == [10, 11, 11, 10, 1]
     alis = _alignments(18, expected)
     ali_dir = _ali_dir(tmp_path, [alis], factor=3, num_classes=10)
-    usable, report = check_alignments(read_alignments(str(ali_dir)), frames, AlignmentCheckConfig(),
-                                      source=str(ali_dir))
+    usable, report = check_alignments(
+        read_alignments(str(ali_dir)), frames, AlignmentCheckConfig(), source=str(ali_dir)
+    )
     assert report.usable and report.subsampling_factor == 3 and not report.fixed
     assert {u: len(a) for u, a in usable.items()} == expected
     # Without the factor every alignment is about a third of the expected length.
@@ -399,9 +425,16 @@ def test_num_classes_from_dir_file_data_and_conflicting_setting(tmp_path: Path) 
         check_alignments(alis, frames, AlignmentCheckConfig(subsampling_factor=2), source=str(ali_dir))
 
 
-@pytest.mark.parametrize(("field", "value"), [("tolerance", -1), ("subsampling_factor", -2),
-                                              ("num_classes", -5), ("max_missing", 1.0),
-                                              ("max_missing", -0.1)])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tolerance", -1),
+        ("subsampling_factor", -2),
+        ("num_classes", -5),
+        ("max_missing", 1.0),
+        ("max_missing", -0.1),
+    ],
+)
 def test_config_check(field: str, value: float) -> None:
     cfg = AlignmentCheckConfig(**{field: value})
     with pytest.raises(ConfigError, match=f"{field}={value}"):
@@ -409,8 +442,9 @@ def test_config_check(field: str, value: float) -> None:
 
 
 def test_no_common_utterances(tmp_path: Path) -> None:
-    _, report = check_alignments({"w-1": np.zeros(3, dtype=np.int32)}, {"x-1": 3},
-                                 AlignmentCheckConfig(max_missing=0.5))
+    _, report = check_alignments(
+        {"w-1": np.zeros(3, dtype=np.int32)}, {"x-1": 3}, AlignmentCheckConfig(max_missing=0.5)
+    )
     assert report.extra == ["w-1"] and not report.usable
     with pytest.raises(DataError, match="none of the 1 feature utterances has an alignment"):
         report.raise_if_unusable()
@@ -424,8 +458,9 @@ def _cli_pair(tmp_path: Path, *, drop: int = 0) -> tuple[Path, Path]:
     alis = _alignments(19, {u: (t + 2) // 3 for u, t in frames.items()})
     for utt in list(alis)[:drop]:
         del alis[utt]
-    ali_dir = _ali_dir(tmp_path, [dict(list(alis.items())[:3]), dict(list(alis.items())[3:])],
-                       factor=3, num_classes=10)
+    ali_dir = _ali_dir(
+        tmp_path, [dict(list(alis.items())[:3]), dict(list(alis.items())[3:])], factor=3, num_classes=10
+    )
     return ali_dir, _write_data_dir(tmp_path / "data" / "train", frames)
 
 
@@ -453,8 +488,9 @@ def test_cli_bad_pair(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None
     code = main(["check-alignments", str(ali_dir), str(data), "--max-missing", "0.2"])
     out, err = capfd.readouterr()
     assert "missing alignment:  2" in out and "NOT usable" in out
-    _assert_one_line_error(code, err, str(ali_dir), "2 of 6 feature utterances have no alignment",
-                           "spk1-utt0, spk1-utt1")
+    _assert_one_line_error(
+        code, err, str(ali_dir), "2 of 6 feature utterances have no alignment", "spk1-utt0, spk1-utt1"
+    )
 
 
 def test_cli_bad_sources(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:

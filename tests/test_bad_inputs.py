@@ -37,12 +37,17 @@ from tests.helpers import make_data_dir, run_cli, tone
 
 SETS = ("train", "train_dev", "test")
 #: The smallest settings that run every stage: 23 mel bins, the tiny BLSTM, one epoch.
-SMALL = ("features.num_mel_bins=23", "features.nj=2", "model=tiny", "train.epochs=1",
-         "train.progress=false", "decode=greedy")
+SMALL = (
+    "features.num_mel_bins=23",
+    "features.nj=2",
+    "model=tiny",
+    "train.epochs=1",
+    "train.progress=false",
+    "decode=greedy",
+)
 #: What a stage writes (globs under the case dir); a failed run leaves none of it.
 OUTPUTS = {
-    2: ("data/*/feats.scp", "data/*/cmvn.scp", "data/*/cmvn_global.ark", "data/*/utt2num_frames",
-        "fbank/*"),
+    2: ("data/*/feats.scp", "data/*/cmvn.scp", "data/*/cmvn_global.ark", "data/*/utt2num_frames", "fbank/*"),
     3: ("exp/tokenizer", "exp/lang"),
     4: ("exp/model.pt", "exp/checkpoints", "exp/train_summary.json"),
     5: ("exp/decode_*",),
@@ -91,13 +96,25 @@ class Work:
 
     def stages(self, first: int, last: int, *overrides: str) -> list[str]:
         """``asrkit run`` arguments for stages ``first..last`` on this case's dirs."""
-        return ["run", "--stage", str(first), "--stop-stage", str(last), f"data_root={self.data}",
-                f"feats_root={self.fbank}", f"exp_dir={self.exp}", *_merge(SMALL, overrides)]
+        return [
+            "run",
+            "--stage",
+            str(first),
+            "--stop-stage",
+            str(last),
+            f"data_root={self.data}",
+            f"feats_root={self.fbank}",
+            f"exp_dir={self.exp}",
+            *_merge(SMALL, overrides),
+        ]
 
     def stage(self, number: int, *overrides: str, own_process: bool = False) -> Run:
         """Stage ``number`` alone; it must leave none of its outputs and no stage record."""
-        return Run(self.stages(number, number, *overrides),
-                   absent=(*OUTPUTS[number], f"**/.stages/{number}-*"), own_process=own_process)
+        return Run(
+            self.stages(number, number, *overrides),
+            absent=(*OUTPUTS[number], f"**/.stages/{number}-*"),
+            own_process=own_process,
+        )
 
     def extract(self) -> Run:
         """Stage 2 as ``python -m asrkit``: past the data dir checks it forks ``features.nj`` jobs."""
@@ -175,8 +192,7 @@ def _(w: Work):
     w.raw_data()
     wav = w.audio("spk2-utt2")
     soundfile.write(wav, tone(2, seconds=0.01), 16000, subtype="PCM_16")
-    return w.extract(), ["'spk2-utt2'", str(wav), "fewer than one 25.0 ms frame",
-                         "remove the utterance"]
+    return w.extract(), ["'spk2-utt2'", str(wav), "fewer than one 25.0 ms frame", "remove the utterance"]
 
 
 @case("audio-pipe-command-fails")
@@ -191,8 +207,11 @@ def _(w: Work):
 def _(w: Work):
     w.raw_data()
     _edit(w.data / "train" / "wav.scp", str(w.audio("spk2-utt1")), "echo hello |")
-    return w.extract(), ["'spk2-utt1'", "output of 'echo hello': Format not recognised",
-                         "convert it with sox"]
+    return w.extract(), [
+        "'spk2-utt1'",
+        "output of 'echo hello': Format not recognised",
+        "convert it with sox",
+    ]
 
 
 @case("transcribe-audio-missing")
@@ -200,7 +219,10 @@ def _(w: Work):
     w.trained()
     gone = w.root / "gone.wav"
     return Run(["transcribe", str(w.exp), str(gone)], own_process=True), [
-        str(gone), "not found", "check the path"]
+        str(gone),
+        "not found",
+        "check the path",
+    ]
 
 
 # --- data dirs --------------------------------------------------------------------------
@@ -252,8 +274,7 @@ def _(w: Work):
 def _(w: Work):
     w.raw_data()
     spk2utt = _edit(w.data / "train" / "spk2utt", "spk2-utt1 spk2-utt2", "spk2-utt1")
-    return Run(["validate-data", str(w.data / "train")]), [
-        str(spk2utt), "speaker 'spk2'", "regenerate it"]
+    return Run(["validate-data", str(w.data / "train")]), [str(spk2utt), "speaker 'spk2'", "regenerate it"]
 
 
 @case("datadir-empty-transcript")
@@ -283,7 +304,9 @@ def _(w: Work):
     w.raw_data()
     shutil.rmtree(w.data / "train_dev")
     return Run(["validate-data", str(w.data / "train_dev")]), [
-        str(w.data / "train_dev"), "data directory not found"]
+        str(w.data / "train_dev"),
+        "data directory not found",
+    ]
 
 
 # --- features ---------------------------------------------------------------------------
@@ -297,8 +320,7 @@ def _(w: Work):
     ark, offset = entry.rsplit(":", 1)
     with open(ark, "r+b") as handle:
         handle.truncate(int(offset) + 20)
-    return w.stage(4, own_process=True), [str(scp), f"'{last}'", "truncated",
-                                          "rerun the feature stage"]
+    return w.stage(4, own_process=True), [str(scp), f"'{last}'", "truncated", "rerun the feature stage"]
 
 
 @case("features-matrix-corrupt-while-streaming")
@@ -312,8 +334,13 @@ def _(w: Work):
     with open(ark, "r+b") as handle:
         handle.seek(int(offset) + 2)
         handle.write(b"ZZ")  # the FM type token
-    return w.stage(4, own_process=True), [str(scp), f"'{utt}'", f"{ark}:{offset}", "ZZ",
-                                          "rerun the feature stage"]
+    return w.stage(4, own_process=True), [
+        str(scp),
+        f"'{utt}'",
+        f"{ark}:{offset}",
+        "ZZ",
+        "rerun the feature stage",
+    ]
 
 
 @case("features-scp-offset-past-ark-end")
@@ -335,8 +362,12 @@ def _(w: Work):
     utt = list(entries)[-1]
     entries[utt] = str(int(entries[utt]) + 3)
     write_kaldi_map(counts, entries)
-    return w.stage(4, own_process=True), [str(w.data / "train" / "feats.scp"), f"'{utt}'",
-                                          "utt2num_frames says", "rerun the feature stage"]
+    return w.stage(4, own_process=True), [
+        str(w.data / "train" / "feats.scp"),
+        f"'{utt}'",
+        "utt2num_frames says",
+        "rerun the feature stage",
+    ]
 
 
 @case("features-scp-points-at-missing-ark")
@@ -344,15 +375,19 @@ def _(w: Work):
     w.trained(model=False)
     ark = w.fbank / "raw_fbank_train_dev.1.ark"
     ark.unlink()
-    return w.stage(4), [str(w.data / "train_dev" / "feats.scp"), "'spk1-utt0'", str(ark),
-                        "file not found"]
+    return w.stage(4), [str(w.data / "train_dev" / "feats.scp"), "'spk1-utt0'", str(ark), "file not found"]
 
 
 @case("features-dim-differs-from-config")
 def _(w: Work):
     w.trained(model=False)  # computed with 23 mel bins; training asks for 80
     return w.stage(4, "features.num_mel_bins=80"), [
-        str(w.data / "train" / "feats.scp"), "'spk1-utt0'", "23-dim", "expects 80", "stage 2"]
+        str(w.data / "train" / "feats.scp"),
+        "'spk1-utt0'",
+        "23-dim",
+        "expects 80",
+        "stage 2",
+    ]
 
 
 @case("features-dim-differs-from-model")
@@ -376,8 +411,7 @@ def _(w: Work):
 def _(w: Work):
     w.trained(model=False)
     (w.data / "train" / "cmvn.scp").unlink()
-    return w.stage(4, "features.cmvn=speaker"), [str(w.data / "train" / "cmvn.scp"), "not found",
-                                                 "stage 2"]
+    return w.stage(4, "features.cmvn=speaker"), [str(w.data / "train" / "cmvn.scp"), "not found", "stage 2"]
 
 
 @case("decode-model-cmvn-missing")
@@ -413,15 +447,21 @@ def _alignments(w: Work, name: str, how: str = "") -> Path:
 def _ce(w: Work, how: str) -> tuple[Run, Path]:
     w.trained(model=False)
     ali_dir = _alignments(w, "train", how)
-    return w.stage(4, "objective=ce", f"align.train={ali_dir}",
-                   f"align.dev={_alignments(w, 'train_dev')}"), ali_dir
+    return w.stage(
+        4, "objective=ce", f"align.train={ali_dir}", f"align.dev={_alignments(w, 'train_dev')}"
+    ), ali_dir
 
 
 @case("alignments-for-unknown-utterances")
 def _(w: Work):
     run, ali_dir = _ce(w, "unknown")
-    return run, [str(ali_dir), "none of the 3 feature utterances", "spk1-utt0", "other-spk1-utt0",
-                 "same data set"]
+    return run, [
+        str(ali_dir),
+        "none of the 3 feature utterances",
+        "spk1-utt0",
+        "other-spk1-utt0",
+        "same data set",
+    ]
 
 
 @case("alignments-length-differs-from-frames")
@@ -449,7 +489,9 @@ def _(w: Work):
 @case("config-unknown-key")
 def _(w: Work):
     return w.config("features.num_mel_binz=40", own_process=True), [
-        "features.num_mel_binz", "check the spelling"]
+        "features.num_mel_binz",
+        "check the spelling",
+    ]
 
 
 @case("config-value-wrong-type")
@@ -505,7 +547,10 @@ def _(w: Work):
     w.trained()
     model = _truncate(w.exp / "model.pt")
     return Run(["transcribe", str(w.exp), str(w.audio("spk1-utt0"))], own_process=True), [
-        str(model), "cannot load checkpoint", "retrain or restore it"]
+        str(model),
+        "cannot load checkpoint",
+        "retrain or restore it",
+    ]
 
 
 @case("transcribe-beam-lm-never-tuned")
@@ -513,7 +558,10 @@ def _(w: Work):
     w.trained()
     (w.exp / "decoding.json").unlink(missing_ok=True)
     return Run(["transcribe", str(w.exp), str(w.audio("spk1-utt0")), "--decode", "beam_lm"]), [
-        str(w.exp / "decoding.json"), "no beam_lm settings", "decode=beam_lm first"]
+        str(w.exp / "decoding.json"),
+        "no beam_lm settings",
+        "decode=beam_lm first",
+    ]
 
 
 @case("transcribe-decoding-settings-corrupt")
@@ -521,7 +569,10 @@ def _(w: Work):
     w.trained()
     (w.exp / "decoding.json").write_text("{ not json")
     return Run(["transcribe", str(w.exp), str(w.audio("spk1-utt0"))]), [
-        str(w.exp / "decoding.json"), "unreadable decoding settings", "rerun stage 5"]
+        str(w.exp / "decoding.json"),
+        "unreadable decoding settings",
+        "rerun stage 5",
+    ]
 
 
 @case("transcribe-model-is-a-tensor")
@@ -535,8 +586,7 @@ def _(w: Work):
 def _(w: Work):
     w.trained()
     model = _truncate(w.exp / "model.pt")
-    return w.stage(5, own_process=True), [str(model), "cannot load checkpoint",
-                                          "retrain or restore it"]
+    return w.stage(5, own_process=True), [str(model), "cannot load checkpoint", "retrain or restore it"]
 
 
 @case("decode-model-not-asrkit")
@@ -610,13 +660,15 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("setup", CASES)
-def test_bad_input(setup: Setup, tmp_path: Path, request: pytest.FixtureRequest,
-                   capfd: pytest.CaptureFixture[str]) -> None:
+def test_bad_input(
+    setup: Setup, tmp_path: Path, request: pytest.FixtureRequest, capfd: pytest.CaptureFixture[str]
+) -> None:
     work = Work(tmp_path, lambda: request.getfixturevalue("built"))
     run, needles = setup(work)
     result = run_cli(*run.argv) if run.own_process else _main(run.argv, capfd)
     _assert_one_line_error(result, *needles)
     assert result.stdout == "", result.stdout
-    left = sorted(str(p.relative_to(tmp_path)) for pattern in (*run.absent, "**/*.tmp")
-                  for p in tmp_path.glob(pattern))
+    left = sorted(
+        str(p.relative_to(tmp_path)) for pattern in (*run.absent, "**/*.tmp") for p in tmp_path.glob(pattern)
+    )
     assert not left, f"partial output left behind: {left}"

@@ -52,8 +52,14 @@ def test_beam_with_lm_weight_0_is_never_worse_than_greedy(tmp_path: Path, tokeni
     search = BeamSearch(tokenizer, lexicon=None, lm=None, beam_size=200, beam_threshold=100.0)
     write_lexicon(tmp_path / "lexicon.txt", ["ONE", "TWO", "THREE", "GO", "NO"], tokenizer)
     write_arpa(estimate_kneser_ney([t.split() for t in TEXTS.values()], order=2), tmp_path / "lm.arpa")
-    lexical = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa",
-                         lm_weight=0.0, beam_size=200, beam_threshold=100.0)
+    lexical = BeamSearch(
+        tokenizer,
+        lexicon=tmp_path / "lexicon.txt",
+        lm=tmp_path / "lm.arpa",
+        lm_weight=0.0,
+        beam_size=200,
+        beam_threshold=100.0,
+    )
     for k in range(40):
         text = " ".join(rng.choice(["ONE", "TWO", "THREE", "GO", "NO"], size=int(rng.integers(1, 5))))
         lp = _emissions(tokenizer, text, rng, noise=2.5)
@@ -73,14 +79,11 @@ def test_lm_fixes_what_the_acoustics_leave_ambiguous(tmp_path: Path, tokenizer: 
     # "TWO" vs "GO": the emissions are split between T W and G; the LM (trained on text where
     # only "NO GO" ends a sentence after NO) decides.
     write_lexicon(tmp_path / "lexicon.txt", {w for t in TEXTS.values() for w in t.split()}, tokenizer)
-    write_arpa(estimate_kneser_ney([t.split() for t in TEXTS.values()] * 5, order=2),
-               tmp_path / "lm.arpa")
+    write_arpa(estimate_kneser_ney([t.split() for t in TEXTS.values()] * 5, order=2), tmp_path / "lm.arpa")
     rng = np.random.default_rng(1)
     lp = _emissions(tokenizer, "NO GO", rng, noise=0.0)
-    plain = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa",
-                       lm_weight=0.0)
-    with_lm = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa",
-                         lm_weight=2.0)
+    plain = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa", lm_weight=0.0)
+    with_lm = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa", lm_weight=2.0)
     assert plain(lp) == "NO GO" and with_lm(lp) == "NO GO"
     # Outputs are lexicon words only: an unknown spelling never comes out as <unk>.
     lp = _emissions(tokenizer, "TWO OWT", rng, noise=0.0)
@@ -101,8 +104,9 @@ def test_lm_must_not_see_test_text() -> None:
 
 
 def test_lang_stage_and_sweep_pick_the_best_dev_setting(tmp_path: Path) -> None:
-    result = tiny_recipe(tmp_path, "decode=beam_lm", "decode.lm_weights=[0,1,3]",
-                         "decode.word_scores=[-2,0]", "lm.order=2")
+    result = tiny_recipe(
+        tmp_path, "decode=beam_lm", "decode.lm_weights=[0,1,3]", "decode.word_scores=[-2,0]", "lm.order=2"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     exp = tmp_path / "exp"
     lexicon = read_kaldi_map(exp / "lang" / "lexicon.txt")
@@ -115,9 +119,8 @@ def test_lang_stage_and_sweep_pick_the_best_dev_setting(tmp_path: Path) -> None:
     best_line = (tune / "best_wer").read_text()
     best_file = Path(best_line.split()[-1]).name
     assert errors[best_file] == min(errors.values())
-    w, s = best_file[len("wer_"):].split("_")
-    assert (exp / "decode_beam_lm_test" / "setting").read_text().startswith(
-        f"lm_weight={w} word_score={s} ")
+    w, s = best_file[len("wer_") :].split("_")
+    assert (exp / "decode_beam_lm_test" / "setting").read_text().startswith(f"lm_weight={w} word_score={s} ")
     assert "test (beam_lm, lm_weight=" in result.stdout and "test: %WER" in result.stdout
     assert (exp / "decode_beam_lm_test" / "scoring" / "wer").is_file()
 
@@ -125,9 +128,18 @@ def test_lang_stage_and_sweep_pick_the_best_dev_setting(tmp_path: Path) -> None:
     other = tmp_path / "other"
     make_data_dir(other, utts=2, seed=5)
     (other / "text").write_text("spk1-utt0 ZEBRA HELLO\nspk2-utt1 WORD1 HELLO\n")
-    result = run_cli("run", "--stage", "5", "--stop-stage", "5", f"data_root={tmp_path / 'data'}",
-                     f"exp_dir={exp}", f"decode.sets=[{other}]", "decode.lm_weights=[1]",
-                     "decode.word_scores=[0]")
+    result = run_cli(
+        "run",
+        "--stage",
+        "5",
+        "--stop-stage",
+        "5",
+        f"data_root={tmp_path / 'data'}",
+        f"exp_dir={exp}",
+        f"decode.sets=[{other}]",
+        "decode.lm_weights=[1]",
+        "decode.word_scores=[0]",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "1 of 4 reference words (25.00%) are not in the lexicon (ZEBRA)" in result.stderr
     assert "ZEBRA" not in (exp / "decode_beam_lm_other" / "hyp").read_text()
@@ -137,12 +149,10 @@ def test_repeated_frames_of_a_words_last_unit_are_one_word(tmp_path: Path, token
     """CTC emits a unit over several frames; the lexicon decoder must not split the
     frames of a word's last letter into extra one-letter words (``TWO O``)."""
     write_lexicon(tmp_path / "lexicon.txt", ["TWO", "O", "GO", "NO"], tokenizer)
-    write_arpa(estimate_kneser_ney([["TWO", "O"], ["GO"], ["NO", "GO"]], order=2),
-               tmp_path / "lm.arpa")
+    write_arpa(estimate_kneser_ney([["TWO", "O"], ["GO"], ["NO", "GO"]], order=2), tmp_path / "lm.arpa")
     units = tokenizer.units()
     frames = ["\u2581", "\u2581", "T", "W", "O", "O", "O", "\u2581", "G", "G", "O", "O"]
     lp = torch.full((len(frames), len(units)), -30.0)
     lp[torch.arange(len(frames)), torch.tensor([units.index(u) for u in frames])] = 0.0
-    search = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa",
-                        lm_weight=0.0)
+    search = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa", lm_weight=0.0)
     assert search(lp.log_softmax(-1)) == "TWO GO"

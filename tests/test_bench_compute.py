@@ -19,8 +19,9 @@ def test_flops_of_a_tiny_blstm_by_hand() -> None:
 def test_flops_with_stacking_bottleneck_and_frame_head_by_hand() -> None:
     # LSTM input 3 x stack 2 = 6; layer 1: 2 x 16 x (6 + 4) = 320; layer 2: 2 x 16 x 8 = 256;
     # bottleneck 2 x 4 x 5 = 40; CTC head 2 x 5 x 3 = 30; frame head 2 x 5 x 7 = 70.
-    model = LSTMAcousticModel(3, 2, hidden=4, layers=2, bidirectional=False, bottleneck=5,
-                              stack=2, subsample=2, num_classes=7)
+    model = LSTMAcousticModel(
+        3, 2, hidden=4, layers=2, bidirectional=False, bottleneck=5, stack=2, subsample=2, num_classes=7
+    )
     assert lstm_training_flops(model, 1) == 3 * (320 + 256 + 40 + 30 + 70)
 
 
@@ -45,8 +46,11 @@ def test_every_benchmark_has_quick_settings_and_a_plot(tmp_path) -> None:
     from asrkit.bench.plots import plot
 
     assert set(QUICK) == set(BENCHMARKS)
-    result = {"source": "test", "target_loss": 2.0,
-              "curves": {"sync": [[1.0, 3.0, 50.0], [2.0, 2.0, 40.0]], "adpsgd": [[1.5, 2.5, 45.0]]}}
+    result = {
+        "source": "test",
+        "target_loss": 2.0,
+        "curves": {"sync": [[1.0, 3.0, 50.0], [2.0, 2.0, 40.0]], "adpsgd": [[1.5, 2.5, 45.0]]},
+    }
     png = plot("convergence", result, tmp_path)
     assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot("scoring", {"asrkit_s": 1.0, "sclite_s": 0.5, "utterances": 3}, tmp_path) is not None

@@ -51,8 +51,15 @@ def _utts(tokenizer: Tokenizer, *, dim: int = 8, seed: int = 0) -> list[Utteranc
             frames += [proto + 0.05 * rng.standard_normal(dim) for _ in range(4)]
             frames += [0.05 * rng.standard_normal(dim) for _ in range(2)]
             labels += [int(t)] * 4 + [0, 0]
-        utts.append(Utterance(utt, np.asarray(frames, dtype=np.float32), tokens, text,
-                              ali=np.asarray(labels, dtype=np.int64)))
+        utts.append(
+            Utterance(
+                utt,
+                np.asarray(frames, dtype=np.float32),
+                tokens,
+                text,
+                ali=np.asarray(labels, dtype=np.int64),
+            )
+        )
     return utts
 
 
@@ -73,12 +80,20 @@ def test_forced_alignment_is_a_ctc_path_of_the_transcript() -> None:
 
 def test_alignment_dir_round_trip(tmp_path: Path, tokenizer: Tokenizer) -> None:
     rng = np.random.default_rng(1)
-    alis = {f"spk{i % 2}-utt{i}": rng.integers(0, 7, size=int(rng.integers(3, 30))).astype(np.int32)
-            for i in range(9)}
-    out = write_alignment_dir(tmp_path / "ali_train", alis, subsampling_factor=3, num_classes=7,
-                              tokenizer_dir=tmp_path / "tok")
+    alis = {
+        f"spk{i % 2}-utt{i}": rng.integers(0, 7, size=int(rng.integers(3, 30))).astype(np.int32)
+        for i in range(9)
+    }
+    out = write_alignment_dir(
+        tmp_path / "ali_train", alis, subsampling_factor=3, num_classes=7, tokenizer_dir=tmp_path / "tok"
+    )
     assert sorted(p.name for p in out.iterdir()) == [
-        "ali.ark", "ali.scp", "frame_subsampling_factor", "num_classes", "tokenizer"]
+        "ali.ark",
+        "ali.scp",
+        "frame_subsampling_factor",
+        "num_classes",
+        "tokenizer",
+    ]
     assert not (tmp_path / "ali_train.tmp").exists()
     assert (out / "frame_subsampling_factor").read_text() == "3\n"
     # The ark reads with kaldi-io directly, through its scp offsets, and through asrkit.
@@ -95,7 +110,7 @@ def test_alignment_dir_round_trip(tmp_path: Path, tokenizer: Tokenizer) -> None:
     n = alis[first].size
     head = f"{first} ".encode() + b"\0B\4" + np.int32(n).tobytes()
     assert data.startswith(head)
-    assert data[len(head):len(head) + 5] == b"\4" + np.int32(alis[first][0]).tobytes()
+    assert data[len(head) : len(head) + 5] == b"\4" + np.int32(alis[first][0]).tobytes()
 
 
 def test_counts_and_priors(tmp_path: Path) -> None:
@@ -109,8 +124,10 @@ def test_counts_and_priors(tmp_path: Path) -> None:
 
 
 def test_attach_alignments_subsamples_to_the_model_rate() -> None:
-    utts = [Utterance("u1", np.zeros((7, 2), np.float32), np.zeros(1, np.int64)),
-            Utterance("u2", np.zeros((5, 2), np.float32), np.zeros(1, np.int64))]
+    utts = [
+        Utterance("u1", np.zeros((7, 2), np.float32), np.zeros(1, np.int64)),
+        Utterance("u2", np.zeros((5, 2), np.float32), np.zeros(1, np.int64)),
+    ]
     labels = {"u1": np.arange(7)}
     kept = attach_alignments(utts, labels, factor=1, model_subsample=3, source="x").read_all()
     assert [u.utt for u in kept] == ["u1"] and kept[0].ali.tolist() == [0, 3, 6]
@@ -123,19 +140,31 @@ def test_ce_loss_falls_and_frame_head_decodes(tmp_path: Path, tokenizer: Tokeniz
     utts = _utts(tokenizer)
     batch = collate(utts)
     assert batch.frame_targets.shape == (5, max(u.ali.size for u in utts))
-    assert int((batch.frame_targets == -1).sum()) == sum(batch.frame_targets.shape[1] - u.ali.size
-                                                         for u in utts)
+    assert int((batch.frame_targets == -1).sum()) == sum(
+        batch.frame_targets.shape[1] - u.ali.size for u in utts
+    )
     num_classes = tokenizer.num_tokens + 1
-    model = build_model(ModelConfig(size="tiny", num_classes=num_classes), input_dim=8,
-                        num_tokens=tokenizer.num_tokens)
+    model = build_model(
+        ModelConfig(size="tiny", num_classes=num_classes), input_dim=8, num_tokens=tokenizer.num_tokens
+    )
     objective = build_objective("ce", token_classes=True)
     assert isinstance(objective, FrameCEObjective) and objective.decodes_from == "frame"
-    trainer = Trainer(model, utts, utts, tokenizer=tokenizer, exp_dir=tmp_path / "exp",
-                      cfg=TrainConfig(epochs=60, max_frames=10_000, max_batch=8, progress=False,
-                                      device="cpu", keep_checkpoints=1),
-                      optim=OptimConfig(lr=1e-2), schedule=ScheduleConfig(warmup_steps=0),
-                      specaug=SpecAugConfig(enabled=False), meta={"model": model.args}, seed=0,
-                      objective=objective)
+    trainer = Trainer(
+        model,
+        utts,
+        utts,
+        tokenizer=tokenizer,
+        exp_dir=tmp_path / "exp",
+        cfg=TrainConfig(
+            epochs=60, max_frames=10_000, max_batch=8, progress=False, device="cpu", keep_checkpoints=1
+        ),
+        optim=OptimConfig(lr=1e-2),
+        schedule=ScheduleConfig(warmup_steps=0),
+        specaug=SpecAugConfig(enabled=False),
+        meta={"model": model.args},
+        seed=0,
+        objective=objective,
+    )
     before = trainer.validate()
     trainer.fit()
     after = trainer.validate()
@@ -150,8 +179,7 @@ def test_ce_without_frame_head_or_targets_is_a_config_error(tokenizer: Tokenizer
     model = build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=tokenizer.num_tokens)
     with pytest.raises(ConfigError, match="model.num_classes"):
         FrameCEObjective().loss(model, collate(utts))
-    model = build_model(ModelConfig(size="tiny", num_classes=4), input_dim=8,
-                        num_tokens=tokenizer.num_tokens)
+    model = build_model(ModelConfig(size="tiny", num_classes=4), input_dim=8, num_tokens=tokenizer.num_tokens)
     for u in utts:
         u.ali = None
     with pytest.raises(ConfigError, match="align.train"):
@@ -161,10 +189,22 @@ def test_ce_without_frame_head_or_targets_is_a_config_error(tokenizer: Tokenizer
 
 
 def _recipe(tmp_path: Path, exp: str, first: int, last: int, *extra: str):
-    return run_cli("run", "--stage", str(first), "--stop-stage", str(last),
-                   f"data_root={tmp_path / 'data'}", f"feats_root={tmp_path / 'fbank'}",
-                   f"exp_dir={tmp_path / exp}", "features.nj=1", "model=tiny", "train.epochs=2",
-                   "train.progress=false", "features.num_mel_bins=23", *extra)
+    return run_cli(
+        "run",
+        "--stage",
+        str(first),
+        "--stop-stage",
+        str(last),
+        f"data_root={tmp_path / 'data'}",
+        f"feats_root={tmp_path / 'fbank'}",
+        f"exp_dir={tmp_path / exp}",
+        "features.nj=1",
+        "model=tiny",
+        "train.epochs=2",
+        "train.progress=false",
+        "features.num_mel_bins=23",
+        *extra,
+    )
 
 
 def test_align_ce_training_and_loglikes_stages(tmp_path: Path) -> None:
@@ -178,8 +218,9 @@ def test_align_ce_training_and_loglikes_stages(tmp_path: Path) -> None:
     for name in ("train", "train_dev"):
         ali_dir = ctc / f"ali_{name}"
         alis = read_alignments(str(ali_dir))
-        frames = {utt: m.shape[0] for utt, m in kaldi_io.read_mat_scp(
-            str(tmp_path / "data" / name / "feats.scp"))}
+        frames = {
+            utt: m.shape[0] for utt, m in kaldi_io.read_mat_scp(str(tmp_path / "data" / name / "feats.scp"))
+        }
         assert sorted(alis) == sorted(frames)
         _, report = check_alignments(alis, frames, AlignmentCheckConfig(), source=str(ali_dir))
         assert report.usable and not report.fixed, report.summary()
@@ -187,14 +228,22 @@ def test_align_ce_training_and_loglikes_stages(tmp_path: Path) -> None:
     counts = (ctc / "ali_train_pdf.counts").read_text().split()
     assert counts[0] == "[" and counts[-1] == "]" and len(counts) == num_classes + 2
     mats = dict(kaldi_io.read_mat_ark(str(ctc / "loglikes_test" / "loglikes.ark")))
-    test_frames = {utt: m.shape[0] for utt, m in kaldi_io.read_mat_scp(
-        str(tmp_path / "data" / "test" / "feats.scp"))}
+    test_frames = {
+        utt: m.shape[0] for utt, m in kaldi_io.read_mat_scp(str(tmp_path / "data" / "test" / "feats.scp"))
+    }
     assert sorted(mats) == sorted(test_frames)
     for utt, mat in mats.items():
         assert mat.shape == (test_frames[utt], num_classes)  # tiny model: no subsampling
 
-    result = _recipe(tmp_path, "ce", 3, 7, "objective=ce", f"align.train={ctc / 'ali_train'}",
-                     f"align.dev={ctc / 'ali_train_dev'}")
+    result = _recipe(
+        tmp_path,
+        "ce",
+        3,
+        7,
+        "objective=ce",
+        f"align.train={ctc / 'ali_train'}",
+        f"align.dev={ctc / 'ali_train_dev'}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     ce = tmp_path / "ce"
     assert (ce / "tokenizer" / "units.txt").read_bytes() == (ctc / "tokenizer" / "units.txt").read_bytes()

@@ -34,8 +34,12 @@ def _edit(path: Path, old: str, new: str) -> None:
     [
         ("text", "spk1-utt1 WORD1 HELLO", "spk1-utt0 WORD1 HELLO", "duplicate id 'spk1-utt0'"),
         ("text", "WORD2 HELLO", "", "spk2-utt2' has an empty transcript"),
-        ("utt2spk", "spk1-utt0 spk1\nspk1-utt1 spk1", "spk1-utt1 spk1\nspk1-utt0 spk1",
-         "not sorted: 'spk1-utt0' comes after 'spk1-utt1'"),
+        (
+            "utt2spk",
+            "spk1-utt0 spk1\nspk1-utt1 spk1",
+            "spk1-utt1 spk1\nspk1-utt0 spk1",
+            "not sorted: 'spk1-utt0' comes after 'spk1-utt1'",
+        ),
         ("text", "spk2-utt3", "spk2-utt9", "in text but not in utt2spk, first 'spk2-utt9'"),
         ("spk2utt", "spk1-utt0 spk1-utt1", "spk1-utt0", "speaker 'spk1' lists"),
     ],

@@ -30,11 +30,20 @@ def _run_learners(out: Path, learners: int, strategy: str, *settings: str) -> li
     if not (out / "tok" / "sp.model").exists():
         train_tokenizer({"a-1": "A B C D E"}, out / "tok", TokenizerConfig(kind="char"))
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={learners}",
-               f"--master-port={_free_port()}", "--max-restarts=0", "-m", "tests.distributed_learner",
-               str(out), strategy, *settings]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=200,
-                            check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={learners}",
+        f"--master-port={_free_port()}",
+        "--max-restarts=0",
+        "-m",
+        "tests.distributed_learner",
+        str(out),
+        strategy,
+        *settings,
+    ]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=200, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
     return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(learners)]
 
@@ -66,10 +75,17 @@ def _spread(states: list[dict]) -> float:
 
 
 @pytest.mark.parametrize(("learners", "pattern"), [(2, "fixed"), (4, "random"), (4, "fixed")])
-def test_adpsgd_lr0_preserves_mean_and_reaches_consensus(tmp_path: Path, learners: int,
-                                                         pattern: str) -> None:
-    states = _run_learners(tmp_path, learners, "adpsgd", "lr=0", "perturb=0.1", f"pattern={pattern}",
-                           "final_consensus=false", "epochs=3")
+def test_adpsgd_lr0_preserves_mean_and_reaches_consensus(tmp_path: Path, learners: int, pattern: str) -> None:
+    states = _run_learners(
+        tmp_path,
+        learners,
+        "adpsgd",
+        "lr=0",
+        "perturb=0.1",
+        f"pattern={pattern}",
+        "final_consensus=false",
+        "epochs=3",
+    )
     starts = [torch.load(tmp_path / f"start{r}.pt", weights_only=True) for r in range(learners)]
     before, after = _mean(starts), _mean(states)
     for key in before:
@@ -88,8 +104,17 @@ def test_adpsgd_trains_and_ends_with_one_model(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("staleness", [0, 1])
 def test_delay_by_one_lr0_preserves_mean_and_reaches_consensus(tmp_path: Path, staleness: int) -> None:
-    states = _run_learners(tmp_path, 4, "delay_by_one", "lr=0", "perturb=0.1", "pattern=random",
-                           f"staleness={staleness}", "final_consensus=false", "epochs=3")
+    states = _run_learners(
+        tmp_path,
+        4,
+        "delay_by_one",
+        "lr=0",
+        "perturb=0.1",
+        "pattern=random",
+        f"staleness={staleness}",
+        "final_consensus=false",
+        "epochs=3",
+    )
     starts = [torch.load(tmp_path / f"start{r}.pt", weights_only=True) for r in range(4)]
     before, after = _mean(starts), _mean(states)
     for key in before:
@@ -99,7 +124,6 @@ def test_delay_by_one_lr0_preserves_mean_and_reaches_consensus(tmp_path: Path, s
     # pair's difference critically (~k 2^-k), more slowly across changing pairs; with the
     # undamped weight 1/2 it would not shrink at all (tests/test_strategy_config.py).
     assert _spread(states) < (0.05 if staleness == 0 else 0.35) * _spread(starts)
-
 
 
 def test_hybrid_groups_stay_identical_and_leaders_mix(tmp_path: Path) -> None:
@@ -147,15 +171,22 @@ def test_sharded_validation_equals_one_learner_scoring_the_whole_dev_set(tmp_pat
     for result in results:  # every learner holds the same reduced figures
         assert result["sharded"] == results[0]["sharded"]
         assert abs(result["sharded"]["loss"] - result["alone"]["loss"]) < 1e-4 * max(
-            1.0, abs(result["alone"]["loss"]))
+            1.0, abs(result["alone"]["loss"])
+        )
         assert result["sharded"]["wer"] == result["alone"]["wer"]
+
 
 def test_recipe_stage_launches_learners_with_torchrun(tmp_path: Path) -> None:
     """`run --stage 4 strategy=... strategy.learners=2` starts torchrun itself."""
     from tests.helpers import tiny_recipe
 
-    result = tiny_recipe(tmp_path, "strategy=adpsgd", "strategy.learners=2",
-                         f"strategy.master_port={_free_port()}", "strategy.timeout_s=60")
+    result = tiny_recipe(
+        tmp_path,
+        "strategy=adpsgd",
+        "strategy.learners=2",
+        f"strategy.master_port={_free_port()}",
+        "strategy.timeout_s=60",
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     import json
 

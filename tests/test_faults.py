@@ -33,19 +33,34 @@ def data_root(tmp_path_factory) -> Path:
     return root
 
 
-def _stage4(data_root: Path, exp: Path, *settings: str, env: dict | None = None,
-            background: bool = False):
-    command = [sys.executable, "-m", "asrkit", "run", "--stage", "2", "--stop-stage", "4",
-               f"data_root={data_root}", f"feats_root={data_root.parent / 'fbank'}",
-               f"exp_dir={exp}", "features.nj=1", "features.num_mel_bins=23", "model=tiny",
-               "train.epochs=2", "train.max_batch=2", "train.progress=false",
-               "strategy.timeout_s=60", *settings]
+def _stage4(data_root: Path, exp: Path, *settings: str, env: dict | None = None, background: bool = False):
+    command = [
+        sys.executable,
+        "-m",
+        "asrkit",
+        "run",
+        "--stage",
+        "2",
+        "--stop-stage",
+        "4",
+        f"data_root={data_root}",
+        f"feats_root={data_root.parent / 'fbank'}",
+        f"exp_dir={exp}",
+        "features.nj=1",
+        "features.num_mel_bins=23",
+        "model=tiny",
+        "train.epochs=2",
+        "train.max_batch=2",
+        "train.progress=false",
+        "strategy.timeout_s=60",
+        *settings,
+    ]
     full_env = dict(os.environ, PYTHONPATH=str(REPO), **(env or {}))
     if background:
-        return subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-    return subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=280,
-                          check=False)
+        return subprocess.Popen(
+            command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    return subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=280, check=False)
 
 
 def _model(path: Path) -> dict[str, torch.Tensor]:
@@ -66,8 +81,14 @@ def test_sync_killed_learner_restarts_and_ends_bitwise_equal(data_root: Path, tm
     assert _same(runs["whole"], runs["again"])  # determinism: two SYNC runs, bitwise
     # 4 global batches an epoch: learner 1 dies after step 7 (epoch 2, batch 3), past the
     # save at epoch 2, batch 2; torchrun restarts both learners, which resume from there.
-    result = _stage4(data_root, tmp_path / "cut", *sync, "strategy.max_restarts=1",
-                     f"strategy.master_port={_free_port()}", env={"ASRKIT_FAULT_KILL": "1:7"})
+    result = _stage4(
+        data_root,
+        tmp_path / "cut",
+        *sync,
+        "strategy.max_restarts=1",
+        f"strategy.master_port={_free_port()}",
+        env={"ASRKIT_FAULT_KILL": "1:7"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     log = (tmp_path / "cut" / "log" / "run.log").read_text() + result.stderr
     assert "fault injection: killing this learner after step 7 (epoch 2)" in log
@@ -81,8 +102,14 @@ def test_delay_by_one_resumes_with_its_exchanges_in_flight(data_root: Path, tmp_
     settings = ("strategy=delay_by_one", "strategy.learners=2", "train.save_every=2")
     whole = _stage4(data_root, tmp_path / "whole", *settings, f"strategy.master_port={_free_port()}")
     assert whole.returncode == 0, whole.stderr[-3000:]
-    cut = _stage4(data_root, tmp_path / "cut", *settings, "strategy.max_restarts=1",
-                  f"strategy.master_port={_free_port()}", env={"ASRKIT_FAULT_KILL": "0:7"})
+    cut = _stage4(
+        data_root,
+        tmp_path / "cut",
+        *settings,
+        "strategy.max_restarts=1",
+        f"strategy.master_port={_free_port()}",
+        env={"ASRKIT_FAULT_KILL": "0:7"},
+    )
     assert cut.returncode == 0, cut.stderr[-3000:]
     assert "resuming from" in (tmp_path / "cut" / "log" / "run.log").read_text() + cut.stderr
     assert _same(_model(tmp_path / "whole" / "model.pt"), _model(tmp_path / "cut" / "model.pt"))
@@ -93,9 +120,16 @@ def test_adpsgd_restarts_from_its_last_epoch_end(data_root: Path, tmp_path: Path
     hold. Killed in epoch 3: learner 1 saved its epoch-2 state only after every learner had
     saved epoch 1's, so at least that one is common (the main learner may still have been
     validating epoch 2 when torchrun stopped it)."""
-    cut = _stage4(data_root, tmp_path / "cut", "strategy=adpsgd", "strategy.learners=2",
-                  "strategy.max_restarts=1", f"strategy.master_port={_free_port()}",
-                  "train.epochs=4", env={"ASRKIT_FAULT_KILL": "1:epoch3"})
+    cut = _stage4(
+        data_root,
+        tmp_path / "cut",
+        "strategy=adpsgd",
+        "strategy.learners=2",
+        "strategy.max_restarts=1",
+        f"strategy.master_port={_free_port()}",
+        "train.epochs=4",
+        env={"ASRKIT_FAULT_KILL": "1:epoch3"},
+    )
     assert cut.returncode == 0, cut.stderr[-3000:]
     log = (tmp_path / "cut" / "log" / "run.log").read_text() + cut.stderr
     assert re.search(r"fault injection: killing this learner after step \d+ \(epoch 3\)", log)
@@ -120,26 +154,62 @@ def test_rerunning_a_killed_single_process_stage_resumes(data_root: Path, tmp_pa
     assert "stage 4 (train): already done with these settings" in third.stderr
 
 
-@pytest.mark.parametrize(("strategy", "per_node", "victim"), [
-    ("strategy=adpsgd", 1, 1),
-    ("strategy=hybrid", 2, 3),  # groups {0,1} and {2,3}: one per node
-])
+@pytest.mark.parametrize(
+    ("strategy", "per_node", "victim"),
+    [
+        ("strategy=adpsgd", 1, 1),
+        ("strategy=hybrid", 2, 3),  # groups {0,1} and {2,3}: one per node
+    ],
+)
 def test_a_dead_learner_stops_the_others_with_a_clear_error(
-        data_root: Path, tmp_path: Path, strategy: str, per_node: int, victim: int) -> None:
+    data_root: Path, tmp_path: Path, strategy: str, per_node: int, victim: int
+) -> None:
     port, exp = _free_port(), tmp_path / "exp"
     # Stages 2-3 first, so the two "nodes" do not prepare the same files at once.
-    prep = subprocess.run([sys.executable, "-m", "asrkit", "run", "--stage", "2", "--stop-stage",
-                           "3", f"data_root={data_root}", f"feats_root={data_root.parent / 'fbank'}",
-                           f"exp_dir={exp}", "features.nj=1", "features.num_mel_bins=23"],
-                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
-                          text=True, timeout=120, check=False)
+    prep = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asrkit",
+            "run",
+            "--stage",
+            "2",
+            "--stop-stage",
+            "3",
+            f"data_root={data_root}",
+            f"feats_root={data_root.parent / 'fbank'}",
+            f"exp_dir={exp}",
+            "features.nj=1",
+            "features.num_mel_bins=23",
+        ],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert prep.returncode == 0, prep.stderr[-2000:]
-    common = (strategy, f"strategy.learners={per_node}", "strategy.nnodes=2",
-              f"strategy.master_port={port}", "strategy.group_size=2", "train.epochs=50")
+    common = (
+        strategy,
+        f"strategy.learners={per_node}",
+        "strategy.nnodes=2",
+        f"strategy.master_port={port}",
+        "strategy.group_size=2",
+        "train.epochs=50",
+    )
     began = time.monotonic()
-    nodes = [_stage4(data_root, exp, *common, f"strategy.node_rank={node}", "strategy.timeout_s=30",
-                     env={"ASRKIT_FAULT_KILL": f"{victim}:3"}, background=True)
-             for node in (0, 1)]
+    nodes = [
+        _stage4(
+            data_root,
+            exp,
+            *common,
+            f"strategy.node_rank={node}",
+            "strategy.timeout_s=30",
+            env={"ASRKIT_FAULT_KILL": f"{victim}:3"},
+            background=True,
+        )
+        for node in (0, 1)
+    ]
     outputs = [node.communicate(timeout=240) for node in nodes]
     took = time.monotonic() - began
     assert [node.returncode for node in nodes] != [0, 0]

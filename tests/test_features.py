@@ -28,8 +28,9 @@ from tests.helpers import make_data_dir, tone
 def test_fbank_matches_torchaudio_kaldi_with_explicit_settings() -> None:
     audio = tone(3).astype(np.float32)
     ours = extract(audio, 16000, FeatureConfig())
-    theirs = kaldi.fbank(torch.from_numpy(audio)[None], num_mel_bins=80, dither=0.0,
-                         energy_floor=0.0, sample_frequency=16000).numpy()
+    theirs = kaldi.fbank(
+        torch.from_numpy(audio)[None], num_mel_bins=80, dither=0.0, energy_floor=0.0, sample_frequency=16000
+    ).numpy()
     assert ours.shape == (38, 80)
     np.testing.assert_array_equal(ours, theirs)
 
@@ -68,8 +69,9 @@ def test_cmvn_stats_normalise_to_zero_mean_unit_variance() -> None:
     out = apply_cmvn(feats, stats)
     np.testing.assert_allclose(out.mean(axis=0), 0.0, atol=1e-5)
     np.testing.assert_allclose(out.std(axis=0), 1.0, atol=1e-4)
-    np.testing.assert_allclose(apply_cmvn(feats, stats, norm_vars=False).std(axis=0),
-                               feats.std(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(
+        apply_cmvn(feats, stats, norm_vars=False).std(axis=0), feats.std(axis=0), rtol=1e-5
+    )
 
 
 def test_compute_features_writes_kaldi_outputs(tmp_path: Path) -> None:

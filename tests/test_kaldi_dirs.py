@@ -9,8 +9,11 @@ from tests.helpers import make_data_dir, run_cli
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _egs(tmp_path: Path) -> Path:
@@ -27,13 +30,27 @@ def test_imported_kaldi_dirs_train_and_decode_without_being_written(tmp_path: Pa
     egs = _egs(tmp_path)
     before = _snapshot(egs)
     recipe = tmp_path / "recipe"
-    result = run_cli("run", "--stage", "0", "--stop-stage", "5", "data=kaldi",
-                     f"data.import_dirs.train={egs}/data/train_nodup",
-                     f"data.import_dirs.dev={egs}/data/train_dev",
-                     f"+data.import_dirs.eval={egs}/data/eval", "data.test_sets=[eval]",
-                     f"data_root={recipe}/data", f"feats_root={recipe}/fbank",
-                     f"exp_dir={recipe}/exp", "features.nj=1", "model=tiny", "train.epochs=1",
-                     "train.progress=false", "features.num_mel_bins=23", "decode=greedy")
+    result = run_cli(
+        "run",
+        "--stage",
+        "0",
+        "--stop-stage",
+        "5",
+        "data=kaldi",
+        f"data.import_dirs.train={egs}/data/train_nodup",
+        f"data.import_dirs.dev={egs}/data/train_dev",
+        f"+data.import_dirs.eval={egs}/data/eval",
+        "data.test_sets=[eval]",
+        f"data_root={recipe}/data",
+        f"feats_root={recipe}/fbank",
+        f"exp_dir={recipe}/exp",
+        "features.nj=1",
+        "model=tiny",
+        "train.epochs=1",
+        "train.progress=false",
+        "features.num_mel_bins=23",
+        "decode=greedy",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert _snapshot(egs) == before
     assert (recipe / "data" / "eval" / "text").read_bytes() == (egs / "data" / "eval" / "text").read_bytes()
@@ -43,9 +60,17 @@ def test_imported_kaldi_dirs_train_and_decode_without_being_written(tmp_path: Pa
 
 def test_a_set_without_an_import_dir_is_one_clear_error(tmp_path: Path) -> None:
     egs = _egs(tmp_path)
-    result = run_cli("run", "--stage", "1", "--stop-stage", "1", "data=kaldi",
-                     f"data.import_dirs.train={egs}/data/train_nodup",
-                     f"data_root={tmp_path}/data", f"exp_dir={tmp_path}/exp")
+    result = run_cli(
+        "run",
+        "--stage",
+        "1",
+        "--stop-stage",
+        "1",
+        "data=kaldi",
+        f"data.import_dirs.train={egs}/data/train_nodup",
+        f"data_root={tmp_path}/data",
+        f"exp_dir={tmp_path}/exp",
+    )
     assert result.returncode == 2
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("asrkit: error:")]
     assert len(errors) == 1 and "data.import_dirs.dev" in errors[0], result.stderr[-2000:]

@@ -51,13 +51,16 @@ def test_float_matrices_read_back_identically_via_ark_scp_and_offsets(tmp_path: 
     scp = _scp(tmp_path / "feats.scp", tmp_path / "feats.ark", offsets)
     for source in (f"ark:{tmp_path / 'feats.ark'}", str(tmp_path / "feats.ark"), f"scp:{scp}", str(scp)):
         _assert_same(dict(read_matrices(source)), mats)
-    _assert_same({utt: read_matrix(f"{tmp_path / 'feats.ark'}:{offset}") for utt, offset in offsets.items()},
-                 mats)
+    _assert_same(
+        {utt: read_matrix(f"{tmp_path / 'feats.ark'}:{offset}") for utt, offset in offsets.items()}, mats
+    )
 
 
 def test_double_matrices_stay_float64_as_cmvn_stats_need(tmp_path: Path) -> None:
-    stats = {"spk1": cmvn_stats(fx.random_features(1, {"x": 20})["x"]),
-             "spk2": cmvn_stats(fx.random_features(2, {"x": 9})["x"])}
+    stats = {
+        "spk1": cmvn_stats(fx.random_features(1, {"x": 20})["x"]),
+        "spk2": cmvn_stats(fx.random_features(2, {"x": 9})["x"]),
+    }
     offsets = fx.write_mat_ark(tmp_path / "cmvn.ark", stats)
     _assert_same(dict(read_matrices(f"ark:{tmp_path / 'cmvn.ark'}")), stats)
     entry = f"{tmp_path / 'cmvn.ark'}:{offsets['spk2']}"
@@ -81,8 +84,9 @@ def test_text_matrices(tmp_path: Path) -> None:
     # A scp offset points just past "key ", at the " [" of the text matrix.
     offset = fx.text_mat_ark(mats).index("t-2") + len("t-2 ")
     (tmp_path / "feats.scp").write_text(f"t-2 {tmp_path / 'feats.txt'}:{offset}\n")
-    np.testing.assert_allclose(dict(read_matrices(f"scp:{tmp_path / 'feats.scp'}"))["t-2"], mats["t-2"],
-                               rtol=5e-6)
+    np.testing.assert_allclose(
+        dict(read_matrices(f"scp:{tmp_path / 'feats.scp'}"))["t-2"], mats["t-2"], rtol=5e-6
+    )
     (tmp_path / "one.txt").write_text(" [ 1 2.5\n  -3 4e-3 ]\n")  # copy-matrix --binary=false
     np.testing.assert_array_equal(read_matrix(tmp_path / "one.txt"), [[1, 2.5], [-3, 4e-3]])
 
@@ -109,8 +113,9 @@ def test_compressed_matrices_decode_within_quantisation_error(tmp_path: Path, to
         assert error.max() > 0  # it really is quantised
 
 
-def test_cm_agrees_with_kaldi_io_and_empty_compressed_matrices(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cm_agrees_with_kaldi_io_and_empty_compressed_matrices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mat = fx.random_features(5, {"k": 64}, dim=20)["k"]
     fx.write_mat_ark(tmp_path / "cm.ark", {"k-1": mat}, compress_as="CM")
     reference = fx.read_cm_with_kaldi_io(tmp_path / "cm.ark", monkeypatch)["k-1"]
@@ -140,12 +145,18 @@ def test_row_and_column_ranges_are_inclusive(tmp_path: Path) -> None:
     got = dict(read_matrices(f"scp:{scp}"))
     np.testing.assert_array_equal(got["r-1"], mat[:9])
     assert got["r-2"].dtype == np.float64 and got["r-2"].shape == (9, 6)
-    with pytest.raises(DataError, match=r"feats\.ark:\d+\[4:10\]: asks for rows 4\.\.10 of a 10-row "
-                                        r"matrix; .*inclusive"):
+    with pytest.raises(
+        DataError,
+        match=r"feats\.ark:\d+\[4:10\]: asks for rows 4\.\.10 of a 10-row "
+        r"matrix; .*inclusive",
+    ):
         read_matrix(f"{ark}:{offsets['r-1']}[4:10]")
     _scp(tmp_path / "bad.scp", ark, offsets, "[0:5,2:6]")
-    with pytest.raises(DataError, match=r"bad\.scp:1: utterance 'r-1' asks for columns 2\.\.6 of a "
-                                        r"6-column matrix"):
+    with pytest.raises(
+        DataError,
+        match=r"bad\.scp:1: utterance 'r-1' asks for columns 2\.\.6 of a "
+        r"6-column matrix",
+    ):
         dict(read_matrices(f"scp:{tmp_path / 'bad.scp'}"))
 
 
@@ -184,9 +195,12 @@ def test_truncated_archives_name_the_file_and_utterance(tmp_path: Path) -> None:
         ark = tmp_path / f"{token}.ark"
         offsets = fx.write_mat_ark(ark, mats, compress_as=token)
         ark.write_bytes(ark.read_bytes()[:-8])
-        with pytest.raises(DataError, match=rf"{token}\.ark: utterance 'o-2': truncated: the 30x5 "
-                                            rf"{token or 'FM'} matrix needs \d+ bytes, \d+ left "
-                                            r"\(last good utterance: 'o-1'\); re-create it"):
+        with pytest.raises(
+            DataError,
+            match=rf"{token}\.ark: utterance 'o-2': truncated: the 30x5 "
+            rf"{token or 'FM'} matrix needs \d+ bytes, \d+ left "
+            r"\(last good utterance: 'o-1'\); re-create it",
+        ):
             dict(read_matrices(f"ark:{ark}"))
         with pytest.raises(DataError, match=rf"{token}\.ark:{offsets['o-2']}: truncated"):
             read_matrix(f"{ark}:{offsets['o-2']}")
@@ -206,8 +220,11 @@ def test_failing_pipe_missing_file_and_foreign_objects(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"feats\.ark: is a table .*drop the 'ark:' prefix"):
         read_matrix(f"ark:{tmp_path / 'feats.ark'}")
     (tmp_path / "odd.ark").write_bytes(b"x-1 \0BQQ \4\3\0\0\0")
-    with pytest.raises(DataError, match=r"odd\.ark: utterance 'x-1': holds a 'QQ' binary object, not a "
-                                        r"feature matrix"):
+    with pytest.raises(
+        DataError,
+        match=r"odd\.ark: utterance 'x-1': holds a 'QQ' binary object, not a "
+        r"feature matrix",
+    ):
         dict(read_matrices(str(tmp_path / "odd.ark")))
     (tmp_path / "empty.mat").write_bytes(b"")
     with pytest.raises(DataError, match=r"empty\.mat: empty"):
@@ -238,7 +255,10 @@ def test_load_utterances_reads_a_compressed_feats_scp(tmp_path: Path) -> None:
 
     ark = tmp_path / "raw_fbank_train.1.ark"
     ark.write_bytes(ark.read_bytes()[:-100])
-    with pytest.raises(DataError, match=rf"feats\.scp: utterance '{data.utt_ids[-1]}': cannot read "
-                                        r"features \(.*raw_fbank_train\.1\.ark:\d+: truncated.*rerun "
-                                        r"the feature stage"):
+    with pytest.raises(
+        DataError,
+        match=rf"feats\.scp: utterance '{data.utt_ids[-1]}': cannot read "
+        r"features \(.*raw_fbank_train\.1\.ark:\d+: truncated.*rerun "
+        r"the feature stage",
+    ):
         load_utterances(data_dir, CmvnNormalizer("none"))

@@ -35,9 +35,18 @@ def test_bigram_probabilities_by_hand(tmp_path: Path) -> None:
     Context <s>: a 3 (raw: nothing precedes <s>), gamma = 0.5/3; p(a|<s>) = 2.5/3 + 0.18/6.
     """
     lm = estimate_kneser_ney(TOY, order=2, discounts=HALF)
-    expected = {("a", ()): 0.18, ("b", ()): 0.18, (EOS, ()): 0.38, (UNK, ()): 0.08,
-                ("b", ("a",)): 0.56, ("c", ("a",)): 0.5 / 3 + 0.06, (EOS, ("a",)): 0.38 / 3,
-                ("a", ("a",)): 0.06, ("a", (BOS,)): 2.5 / 3 + 0.03, ("zzz", ("a",)): 0.08 / 3}
+    expected = {
+        ("a", ()): 0.18,
+        ("b", ()): 0.18,
+        (EOS, ()): 0.38,
+        (UNK, ()): 0.08,
+        ("b", ("a",)): 0.56,
+        ("c", ("a",)): 0.5 / 3 + 0.06,
+        (EOS, ("a",)): 0.38 / 3,
+        ("a", ("a",)): 0.06,
+        ("a", (BOS,)): 2.5 / 3 + 0.03,
+        ("zzz", ("a",)): 0.08 / 3,
+    }
     for (word, context), p in expected.items():
         assert lm.prob(word, context) == pytest.approx(p, abs=1e-9), (word, context)
     # Through an ARPA file (log10, 7 decimals) the same numbers come back.
@@ -59,8 +68,9 @@ def test_every_context_is_a_distribution(tmp_path: Path, order: int) -> None:
     write_arpa(lm, tmp_path / "lm.arpa")
     back = read_arpa(tmp_path / "lm.arpa")
     predicted = [*words, EOS, UNK]
-    contexts = [()] + [c for n in range(1, order) for c in itertools.product([BOS, *words], repeat=n)
-                       if BOS not in c[1:]][:200]
+    contexts = [()] + [
+        c for n in range(1, order) for c in itertools.product([BOS, *words], repeat=n) if BOS not in c[1:]
+    ][:200]
     for context in contexts:
         for model in (lm, back):
             total = sum(model.prob(w, context) for w in predicted)
@@ -71,7 +81,8 @@ def test_discounts_from_count_of_counts() -> None:
     # t1..t4 = 10, 4, 2, 1: Y = 10/18; D1 = 1 - 2Y 4/10; D2 = 2 - 3Y 2/4; D3 = 3 - 4Y 1/2.
     y = 10 / 18
     assert modified_discounts({1: 10, 2: 4, 3: 2, 4: 1}) == pytest.approx(
-        (1 - 2 * y * 0.4, 2 - 3 * y * 0.5, 3 - 4 * y * 0.5))
+        (1 - 2 * y * 0.4, 2 - 3 * y * 0.5, 3 - 4 * y * 0.5)
+    )
     assert modified_discounts({1: 3, 2: 1, 3: 0, 4: 0}) is None
     # AN4-like: a handful of words, each seen after many others: unigram discounts fall back.
     lm = estimate_kneser_ney([["A", "B"], ["B", "A"], ["A", "A"], ["B", "B"]] * 5, order=2)

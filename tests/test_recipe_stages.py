@@ -19,9 +19,19 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     result = tiny_recipe(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     exp = tmp_path / "exp"
-    for name in ("model.pt", "cmvn_global.ark", "tokenizer/sp.model", "tokenizer/units.txt",
-                 "tokenizer/words.txt", "checkpoints/best.pt", "checkpoints/epoch2.pt",
-                 "train_summary.json", "config.yaml", "command", "log/run.log"):
+    for name in (
+        "model.pt",
+        "cmvn_global.ark",
+        "tokenizer/sp.model",
+        "tokenizer/units.txt",
+        "tokenizer/words.txt",
+        "checkpoints/best.pt",
+        "checkpoints/epoch2.pt",
+        "train_summary.json",
+        "config.yaml",
+        "command",
+        "log/run.log",
+    ):
         assert (exp / name).is_file(), name
     assert list((exp / "tensorboard").glob("events.out.tfevents.*"))
     summary = json.loads((exp / "train_summary.json").read_text())
@@ -40,8 +50,9 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr[-3000:]
     for number, name in ((2, "features"), (3, "lang"), (4, "train"), (5, "decode")):
         assert f"stage {number} ({name}): already done with these settings" in again.stderr
-    assert [ln for ln in again.stdout.splitlines() if "%WER" in ln] == \
-        [ln for ln in result.stdout.splitlines() if "%WER" in ln]
+    assert [ln for ln in again.stdout.splitlines() if "%WER" in ln] == [
+        ln for ln in result.stdout.splitlines() if "%WER" in ln
+    ]
 
     # transcribe: by default the search stage 5 tuned (beam + LM), or greedy on request;
     # each gives exactly the decoding stage's transcripts.
@@ -49,8 +60,9 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     assert json.loads((exp / "decoding.json").read_text())["method"] == "beam_lm"
     for options, folder in (([], "decode_beam_lm_test"), (["--decode", "greedy"], "decode_test")):
         hyp = read_kaldi_map(exp / folder / "hyp", allow_empty_value=True)
-        out = run_cli("transcribe", str(exp), *wav_scp.values(), *options,
-                      "--ctm", str(tmp_path / "words.ctm"))
+        out = run_cli(
+            "transcribe", str(exp), *wav_scp.values(), *options, "--ctm", str(tmp_path / "words.ctm")
+        )
         assert out.returncode == 0, out.stderr
         assert "warning" not in out.stderr  # 16 kHz audio, a 16 kHz model
         lines = out.stdout.splitlines()
@@ -74,9 +86,12 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     out = run_cli("transcribe", str(exp), *paths, "--decode", "greedy")
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.splitlines()) == 2
-    warning, = [ln for ln in out.stderr.splitlines() if "warning" in ln]
-    assert f"2 files (first: {paths[0]})" in warning and "8000 Hz is below the model's 16000 Hz" \
-        in warning and "features.sample_rate=8000 features.resample=true" in warning
+    (warning,) = [ln for ln in out.stderr.splitlines() if "warning" in ln]
+    assert (
+        f"2 files (first: {paths[0]})" in warning
+        and "8000 Hz is below the model's 16000 Hz" in warning
+        and "features.sample_rate=8000 features.resample=true" in warning
+    )
 
 
 def test_decode_any_data_dir_without_features(tmp_path: Path) -> None:
@@ -84,8 +99,16 @@ def test_decode_any_data_dir_without_features(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     other = tmp_path / "elsewhere" / "mine"
     make_data_dir(other, utts=3, rate=8000, seed=99)  # 8 kHz: resampled to the model's rate
-    result = run_cli("run", "--stage", "5", "--stop-stage", "5", f"exp_dir={tmp_path / 'exp'}",
-                     f"data_root={tmp_path / 'data'}", f"decode.sets=[{other}]")
+    result = run_cli(
+        "run",
+        "--stage",
+        "5",
+        "--stop-stage",
+        "5",
+        f"exp_dir={tmp_path / 'exp'}",
+        f"data_root={tmp_path / 'data'}",
+        f"decode.sets=[{other}]",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     hyp = read_kaldi_map(tmp_path / "exp" / "decode_mine" / "hyp", allow_empty_value=True)
     assert sorted(hyp) == ["spk1-utt0", "spk2-utt1", "spk2-utt2"]
@@ -109,10 +132,19 @@ def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
     import subprocess
 
     script = Path(__file__).resolve().parent.parent / "recipes" / "an4" / "run.sh"
-    result = subprocess.run([str(script), f"data_root={tmp_path / 'data'}",
-                             f"feats_root={tmp_path / 'fbank'}", f"exp_dir={tmp_path / 'exp'}",
-                             "train.progress=false"],
-                            capture_output=True, text=True, timeout=3600, check=False)
+    result = subprocess.run(
+        [
+            str(script),
+            f"data_root={tmp_path / 'data'}",
+            f"feats_root={tmp_path / 'fbank'}",
+            f"exp_dir={tmp_path / 'exp'}",
+            "train.progress=false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     wer = float(re.search(r"test: %WER ([\d.]+)", result.stdout).group(1))
     assert wer <= 20.0
@@ -128,8 +160,7 @@ def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
         alis = read_alignments(str(exp / f"ali_{name}"))
         via_scp = read_alignments(f"scp:{exp / f'ali_{name}' / 'ali.scp'}")
         assert sorted(alis) == sorted(via_scp) and len(alis) >= 0.99 * len(frames)
-        assert all(np.array_equal(alis[u], via_scp[u]) and alis[u].size == (frames[u] + 2) // 3
-                   for u in alis)
+        assert all(np.array_equal(alis[u], via_scp[u]) and alis[u].size == (frames[u] + 2) // 3 for u in alis)
     num_classes = int((exp / "ali_train" / "num_classes").read_text())
     test_frames = read_frame_counts(str(tmp_path / "data" / "test"))
     mats = dict(kaldi_io.read_mat_ark(str(exp / "loglikes_test" / "loglikes.ark")))

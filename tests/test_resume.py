@@ -63,8 +63,12 @@ store.save({"position": {"epoch": 0, "batch": 4}, "model": {"w": torch.zeros(100
 
 
 def test_a_learner_killed_while_writing_leaves_the_previous_state_loadable(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-c", _KILL_DURING_SAVE, str(tmp_path)],
-                            env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", _KILL_DURING_SAVE, str(tmp_path)],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == -signal.SIGKILL
     states = ResumeStore(tmp_path, rank=0).states()
     assert list(states) == [(0, 2)] and torch.equal(states[(0, 2)]["model"]["w"], torch.ones(1000))
@@ -82,8 +86,15 @@ def test_fault_injection_kills_only_the_named_learner_on_its_first_attempt() -> 
     assert ctx.fault_kill == "1:5" and ctx.restart == 0
     assert FaultInjection.parse(ctx.fault_kill, rank=1).step == 5
     assert FaultInjection.parse("1:5", rank=0) is None
-    restarted = context_from_env(torch.device("cpu"), environ={
-        "ASRKIT_FAULT_KILL": "1:5", "TORCHELASTIC_RESTART_COUNT": "1", "RANK": "1", "WORLD_SIZE": "2"})
+    restarted = context_from_env(
+        torch.device("cpu"),
+        environ={
+            "ASRKIT_FAULT_KILL": "1:5",
+            "TORCHELASTIC_RESTART_COUNT": "1",
+            "RANK": "1",
+            "WORLD_SIZE": "2",
+        },
+    )
     assert restarted.restart == 1
     assert FaultInjection.parse(restarted.fault_kill, rank=1, restart=restarted.restart) is None
     assert FaultInjection.parse("", rank=1) is None
@@ -108,13 +119,16 @@ def _run(out: Path, *, resume: str = "auto", stop_at: int | None = None, epochs:
     ``stop_at`` the run dies after that step (as a killed process would: nothing after it)."""
     _tokenizer(out)
     torch.set_num_threads(1)
-    trainer = make_trainer(out, StrategyConfig(), lr=0.05, epochs=epochs, resume=resume,
-                           save_every=2, randomness=True)
+    trainer = make_trainer(
+        out, StrategyConfig(), lr=0.05, epochs=epochs, resume=resume, save_every=2, randomness=True
+    )
     if stop_at is not None:
+
         class Die(FaultInjection):
             def after_step(self, step: int, epoch: int = 0) -> None:
                 if step == stop_at:
                     raise _Interrupted
+
         trainer.fault = Die()
         with pytest.raises(_Interrupted):
             trainer.fit()
@@ -153,8 +167,9 @@ def test_resume_true_without_a_state_is_an_error(tmp_path: Path) -> None:
 def test_states_of_other_settings_are_not_resumed_from(tmp_path: Path, caplog) -> None:
     _run(tmp_path, stop_at=3)
     _tokenizer(tmp_path)
-    other = make_trainer(tmp_path, StrategyConfig(), lr=0.05, epochs=1, resume="auto",
-                         save_every=2, randomness=True)
+    other = make_trainer(
+        tmp_path, StrategyConfig(), lr=0.05, epochs=1, resume="auto", save_every=2, randomness=True
+    )
     other.resume_key = "different settings"
     with caplog.at_level(logging.WARNING):
         assert other.restore() == (0, 0)

@@ -125,9 +125,26 @@ def test_agrees_with_nist_sclite(tmp_path: Path, seed: int) -> None:
     hyp = _write(tmp_path / "hyp", [f"{u} {' '.join(h)}".strip() for u, h in zip(ids, hyps, strict=True)])
     result = score_files(ref, hyp, out_dir=tmp_path / "scoring")
     report = subprocess.run(
-        [sctk, "sclite", "-r", str(tmp_path / "scoring" / "ref.trn"), "trn",
-         "-h", str(tmp_path / "scoring" / "hyp.trn"), "trn", "-i", "rm", "-o", "dtl", "pra", "stdout"],
-        capture_output=True, text=True, check=True).stdout
+        [
+            sctk,
+            "sclite",
+            "-r",
+            str(tmp_path / "scoring" / "ref.trn"),
+            "trn",
+            "-h",
+            str(tmp_path / "scoring" / "hyp.trn"),
+            "trn",
+            "-i",
+            "rm",
+            "-o",
+            "dtl",
+            "pra",
+            "stdout",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
     def total(label: str) -> int:
         return int(re.search(rf"{label}\s*=.*\(\s*(\d+)\)", report).group(1))
@@ -135,8 +152,11 @@ def test_agrees_with_nist_sclite(tmp_path: Path, seed: int) -> None:
     w = result.words
     assert total("Ref. words") == w.ref_words
     assert total("Percent Total Error") == w.errors
-    assert (total("Percent Substitution"), total("Percent Deletions"), total("Percent Insertions")) \
-        == (w.sub, w.dele, w.ins)
+    assert (total("Percent Substitution"), total("Percent Deletions"), total("Percent Insertions")) == (
+        w.sub,
+        w.dele,
+        w.ins,
+    )
     wer = float(re.search(r"Percent Total Error\s*=\s*([\d.]+)%", report).group(1))
     assert wer == round(w.wer, 1)
     # Per utterance too: this is what catches a different tie-break between equal-cost alignments.
@@ -168,8 +188,10 @@ def test_per_group_table_sums_the_speakers_of_each_group(tmp_path: Path) -> None
     groups.write_text("a child\nb adult\nc child\n")
     result = score_files(ref, hyp, out_dir=tmp_path / "scoring", spk2group=groups)
     assert result.words.errors == 3
-    rows = {line.split()[0]: line.split() for line in
-            (tmp_path / "scoring" / "per_group").read_text().splitlines()[2:]}
+    rows = {
+        line.split()[0]: line.split()
+        for line in (tmp_path / "scoring" / "per_group").read_text().splitlines()[2:]
+    }
     # GROUP #spk #utts #words corr sub del ins err WER%
     assert rows["child"] == ["child", "2", "3", "4", "2", "1", "1", "1", "3", "75.00"]
     assert rows["adult"] == ["adult", "1", "1", "3", "3", "0", "0", "0", "0", "0.00"]
@@ -188,7 +210,7 @@ def test_compiled_alignment_is_the_python_one() -> None:
         pytest.skip("asrkit.scoring._align was not built (no C compiler at install)")
     rng = random.Random(7)
     for _ in range(3000):
-        vocab = "ABCDE"[:rng.randint(1, 5)]
+        vocab = "ABCDE"[: rng.randint(1, 5)]
         ref = [rng.choice(vocab) for _ in range(rng.randint(0, 10))]
         hyp = [rng.choice(vocab) for _ in range(rng.randint(0, 10))]
         for weights in ("sclite", "levenshtein"):
@@ -199,8 +221,9 @@ def test_compiled_alignment_is_the_python_one() -> None:
             assert align_module.align(ref, hyp, weights=weights, ops=False) == (counts, None)
             chars = align_words(list("".join(ref)), list("".join(hyp)), weights=weights)
             char_kinds = [op for op, _, _ in chars]
-            assert align_module.align("".join(ref), "".join(hyp), weights=weights, ops=False)[0] \
-                == tuple(char_kinds.count(k) for k in "CSDI")
+            assert align_module.align("".join(ref), "".join(hyp), weights=weights, ops=False)[0] == tuple(
+                char_kinds.count(k) for k in "CSDI"
+            )
 
 
 def test_python_alignment_scores_the_same_without_the_compiled_module(monkeypatch) -> None:

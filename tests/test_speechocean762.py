@@ -18,9 +18,17 @@ from tests.helpers import REPO, run_cli, tone
 
 PREP = REPO / "recipes" / "speechocean762" / "local" / "data_prep.py"
 NUMBERS = ["ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE"]
-LEXICON = {"CALL": "K AO1 L", "FIVE": "F AY1 V", "FOUR": "F AO1 R", "IT": "IH1 T",
-           "ONE": "W AH1 N", "THREE": "TH R IY1", "TWO": "T UW1", "WE": "W IY1",
-           "ZERO": "Z IH1 R OW0"}
+LEXICON = {
+    "CALL": "K AO1 L",
+    "FIVE": "F AY1 V",
+    "FOUR": "F AO1 R",
+    "IT": "IH1 T",
+    "ONE": "W AH1 N",
+    "THREE": "TH R IY1",
+    "TWO": "T UW1",
+    "WE": "W IY1",
+    "ZERO": "Z IH1 R OW0",
+}
 #: speaker -> age: two children, a teenager, three adults.
 AGES = {"0001": 8, "0005": 30, "0006": 11, "0012": 15, "0026": 22, "0031": 40}
 
@@ -33,8 +41,9 @@ def _prep() -> ModuleType:
     return module
 
 
-def make_release(root: Path, split: str = "train", *, speakers: dict[str, int] = AGES,
-                 per_speaker: int = 2) -> Path:
+def make_release(
+    root: Path, split: str = "train", *, speakers: dict[str, int] = AGES, per_speaker: int = 2
+) -> Path:
     """A release-style split: TAB-separated wav.scp/text, ids not prefixed by the speaker,
     audio paths relative to the corpus root; the first speaker's files are ``.WAV`` listed
     as ``.WAV``, the others ``.flac`` listed as ``.WAV`` (the project's copy lists
@@ -46,8 +55,7 @@ def make_release(root: Path, split: str = "train", *, speakers: dict[str, int] =
         for i in range(per_speaker):
             utt = f"0{spk}{i:04d}"
             fmt, suffix = ("WAV", ".WAV") if k == 0 else ("FLAC", ".flac")
-            soundfile.write(folder / f"{utt}{suffix}", tone(10 * k + i), 16000, format=fmt,
-                            subtype="PCM_16")
+            soundfile.write(folder / f"{utt}{suffix}", tone(10 * k + i), 16000, format=fmt, subtype="PCM_16")
             wav.append(f"{utt}\tWAVE/SPEAKER{spk}/{utt}.WAV")
             text.append(f"{utt}\tWE CALL IT  bear {NUMBERS[k]}")
             utt2spk.append(f"{utt} {spk}")
@@ -62,7 +70,8 @@ def make_release(root: Path, split: str = "train", *, speakers: dict[str, int] =
     # this project's copy.
     (root / "resource").mkdir(exist_ok=True)
     (root / "resource" / "lexicon.txt").write_text(
-        "".join(f"{w}\t{p}\n" for w, p in LEXICON.items()) + "ZEBRA\tZ IY1 ")
+        "".join(f"{w}\t{p}\n" for w, p in LEXICON.items()) + "ZEBRA\tZ IY1 "
+    )
     return root
 
 
@@ -85,15 +94,23 @@ def test_the_release_quirks_are_fixed(tmp_path: Path, monkeypatch: pytest.Monkey
         assert rate == 16000 and samples.size > 0
     assert Path(train.wav_scp["0001-000010000"]).suffix == ".WAV"
     assert Path(train.wav_scp["0005-000050000"]).suffix == ".flac"
-    groups = {**read_kaldi_map(tmp_path / "data" / "train" / "spk2group"),
-              **read_kaldi_map(tmp_path / "data" / "dev" / "spk2group")}
-    assert groups == {"0001": "child", "0005": "adult", "0006": "child", "0012": "teen",
-                      "0026": "adult", "0031": "adult"}
+    groups = {
+        **read_kaldi_map(tmp_path / "data" / "train" / "spk2group"),
+        **read_kaldi_map(tmp_path / "data" / "dev" / "spk2group"),
+    }
+    assert groups == {
+        "0001": "child",
+        "0005": "adult",
+        "0006": "child",
+        "0012": "teen",
+        "0026": "adult",
+        "0031": "adult",
+    }
     assert corpus.joinpath("train", "wav.scp").read_text().count("\t") == 12  # untouched
     # The lexicon: the corpus's complete lines, and BEAR (a training word it lacks) from
     # CMUdict; the cut-short ZEBRA line is dropped.
     lexicon = (tmp_path / "data" / "local" / "lexicon.txt").read_text().splitlines()
-    assert lexicon[:len(LEXICON)] == [f"{w}\t{p}" for w, p in LEXICON.items()]
+    assert lexicon[: len(LEXICON)] == [f"{w}\t{p}" for w, p in LEXICON.items()]
     assert "BEAR\tB EH1 R" in lexicon and not any(line.startswith("ZEBRA") for line in lexicon)
 
 
@@ -116,20 +133,35 @@ def test_dev_speakers_spread_over_the_age_groups() -> None:
     assert prep.dev_speakers(sorted(ages), ages, 12) == chosen  # deterministic
 
 
-@pytest.mark.parametrize(("file", "mangle", "message"), [
-    ("wav.scp", lambda lines: lines[:3] + [lines[3].replace("SPEAKER0005", "SPEAKER0050")] + lines[4:],
-     r"wav.scp:4: audio WAVE/SPEAKER0050/000050001.WAV not found"),
-    ("wav.scp", lambda lines: lines[:-1],
-     r"text:12: utterance '000310001' has no audio in .*wav.scp"),
-    ("text", lambda lines: lines[:5] + [lines[5].split("\t")[0]] + lines[6:],
-     r"text:6: utterance/key '000060001' has no value"),
-    ("utt2spk", lambda lines: lines + [lines[0]],
-     r"utt2spk:13: id '000010000' is listed again \(first on line 1\)"),
-    ("spk2age", lambda lines: [lines[0].replace("8", "eight")] + lines[1:],
-     r"spk2age:1: age 'eight' of speaker '0001' is not a whole number"),
-])
+@pytest.mark.parametrize(
+    ("file", "mangle", "message"),
+    [
+        (
+            "wav.scp",
+            lambda lines: lines[:3] + [lines[3].replace("SPEAKER0005", "SPEAKER0050")] + lines[4:],
+            r"wav.scp:4: audio WAVE/SPEAKER0050/000050001.WAV not found",
+        ),
+        ("wav.scp", lambda lines: lines[:-1], r"text:12: utterance '000310001' has no audio in .*wav.scp"),
+        (
+            "text",
+            lambda lines: lines[:5] + [lines[5].split("\t")[0]] + lines[6:],
+            r"text:6: utterance/key '000060001' has no value",
+        ),
+        (
+            "utt2spk",
+            lambda lines: lines + [lines[0]],
+            r"utt2spk:13: id '000010000' is listed again \(first on line 1\)",
+        ),
+        (
+            "spk2age",
+            lambda lines: [lines[0].replace("8", "eight")] + lines[1:],
+            r"spk2age:1: age 'eight' of speaker '0001' is not a whole number",
+        ),
+    ],
+)
 def test_a_quirk_it_cannot_fix_names_the_file_and_line(
-        tmp_path: Path, file: str, mangle, message: str) -> None:  # noqa: ANN001
+    tmp_path: Path, file: str, mangle, message: str
+) -> None:  # noqa: ANN001
     corpus = make_release(tmp_path / "so762")
     path = corpus / "train" / file
     path.write_text("\n".join(mangle(path.read_text().splitlines())) + "\n")
@@ -140,9 +172,18 @@ def test_a_quirk_it_cannot_fix_names_the_file_and_line(
 
 def test_stage_1_prepares_the_test_split_when_asked_and_says_when_it_is_missing(tmp_path: Path) -> None:
     corpus = make_release(tmp_path / "so762")
-    common = ("run", "--stage", "1", "--stop-stage", "1", "+experiment=speechocean762",
-              f"data.corpus_dir={corpus}", f"data_root={tmp_path / 'data'}",
-              f"exp_dir={tmp_path / 'exp'}", "data.num_dev=2")
+    common = (
+        "run",
+        "--stage",
+        "1",
+        "--stop-stage",
+        "1",
+        "+experiment=speechocean762",
+        f"data.corpus_dir={corpus}",
+        f"data_root={tmp_path / 'data'}",
+        f"exp_dir={tmp_path / 'exp'}",
+        "data.num_dev=2",
+    )
     missing = run_cli(*common, "data.test_sets=[test]")
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines()[-1].startswith("asrkit: error: ")

@@ -16,15 +16,27 @@ from tests.helpers import SHARED_AN4, make_an4_corpus, run_cli
 
 
 def _dirs(tmp_path: Path) -> list[str]:
-    return [f"data_root={tmp_path / 'data'}", f"feats_root={tmp_path / 'fbank'}",
-            f"exp_dir={tmp_path / 'exp'}"]
+    return [
+        f"data_root={tmp_path / 'data'}",
+        f"feats_root={tmp_path / 'fbank'}",
+        f"exp_dir={tmp_path / 'exp'}",
+    ]
 
 
 @pytest.mark.parametrize("layout", ["raw", "sphere"])
 def test_prep_and_features_for_both_corpus_layouts(tmp_path: Path, layout: str) -> None:
     corpus = make_an4_corpus(tmp_path / "an4", layout)
-    status = main(["run", "--stop-stage", "2", f"data.corpus_dir={corpus}", "data.num_dev=2",
-                   "features.num_mel_bins=40", *_dirs(tmp_path)])
+    status = main(
+        [
+            "run",
+            "--stop-stage",
+            "2",
+            f"data.corpus_dir={corpus}",
+            "data.num_dev=2",
+            "features.num_mel_bins=40",
+            *_dirs(tmp_path),
+        ]
+    )
     assert status == 0
     train, dev, test = (read_data_dir(tmp_path / "data" / s) for s in ("train", "train_dev", "test"))
     # train_dev = the first 2 training utterances in sorted id order.
@@ -47,8 +59,22 @@ def test_both_layouts_give_identical_features(tmp_path: Path) -> None:
     for layout in ("raw", "sphere"):
         corpus = make_an4_corpus(tmp_path / layout / "an4", layout)
         root = tmp_path / layout
-        assert main(["run", "--stage", "1", "--stop_stage", "2", f"data.corpus_dir={corpus}",
-                     "data.num_dev=2", "features.nj=1", *_dirs(root)]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "--stage",
+                    "1",
+                    "--stop_stage",
+                    "2",
+                    f"data.corpus_dir={corpus}",
+                    "data.num_dev=2",
+                    "features.nj=1",
+                    *_dirs(root),
+                ]
+            )
+            == 0
+        )
         mats[layout] = dict(kaldi_io.read_mat_scp(str(root / "data" / "test" / "feats.scp")))
     assert mats["raw"].keys() == mats["sphere"].keys()
     for utt in mats["raw"]:
@@ -61,8 +87,15 @@ def test_download_stage_fetches_and_skips(tmp_path: Path) -> None:
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(source, arcname="an4")
     corpus = tmp_path / "downloads" / "an4"
-    args = ["run", "--stop-stage", "1", f"data.corpus_dir={corpus}", f"data.url=file://{archive}",
-            "data.num_dev=2", *_dirs(tmp_path)]
+    args = [
+        "run",
+        "--stop-stage",
+        "1",
+        f"data.corpus_dir={corpus}",
+        f"data.url=file://{archive}",
+        "data.num_dev=2",
+        *_dirs(tmp_path),
+    ]
     assert main(args) == 0
     assert (corpus / "etc" / "an4_train.transcription").is_file()
     archive.unlink()  # a second run must not need the archive: the corpus is there
@@ -78,8 +111,16 @@ def test_help_lists_numbered_stages_and_command_is_saved(tmp_path: Path) -> None
     script = Path(__file__).resolve().parent.parent / "recipes" / "an4" / "run.sh"
     assert "--stop-stage" in result.stdout and script.is_file()
     corpus = make_an4_corpus(tmp_path / "an4", "raw")
-    result = run_cli("run", "--stage", "1", "--stop-stage", "1", f"data.corpus_dir={corpus}",
-                     "data.num_dev=2", *_dirs(tmp_path))
+    result = run_cli(
+        "run",
+        "--stage",
+        "1",
+        "--stop-stage",
+        "1",
+        f"data.corpus_dir={corpus}",
+        "data.num_dev=2",
+        *_dirs(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     command = (tmp_path / "exp" / "command").read_text()
     assert "--stage 1 --stop-stage 1" in command and f"data.corpus_dir={corpus}" in command
@@ -91,11 +132,15 @@ def test_real_an4_through_run_sh(tmp_path: Path) -> None:
     import subprocess
 
     script = Path(__file__).resolve().parent.parent / "recipes" / "an4" / "run.sh"
-    result = subprocess.run([str(script), "--stop-stage", "2", *_dirs(tmp_path)],
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(
+        [str(script), "--stop-stage", "2", *_dirs(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
-    counts = {s: len(read_data_dir(tmp_path / "data" / s).utt_ids)
-              for s in ("train", "train_dev", "test")}
+    counts = {s: len(read_data_dir(tmp_path / "data" / s).utt_ids) for s in ("train", "train_dev", "test")}
     assert counts == {"train": 848, "train_dev": 100, "test": 130}
     total = 0
     for name in counts:
@@ -110,15 +155,24 @@ def test_real_an4_through_run_sh(tmp_path: Path) -> None:
 
 def test_finished_stages_are_skipped_until_their_settings_change(tmp_path: Path) -> None:
     corpus = make_an4_corpus(tmp_path / "an4", "raw")
-    args = ["run", "--stage", "1", "--stop-stage", "2", f"data.corpus_dir={corpus}",
-            "data.num_dev=2", "features.nj=1", *_dirs(tmp_path)]
+    args = [
+        "run",
+        "--stage",
+        "1",
+        "--stop-stage",
+        "2",
+        f"data.corpus_dir={corpus}",
+        "data.num_dev=2",
+        "features.nj=1",
+        *_dirs(tmp_path),
+    ]
     log_file = tmp_path / "exp" / "log" / "run.log"
     feats = tmp_path / "data" / "test" / "feats.scp"
 
     def run(*extra: str) -> str:
         before = log_file.read_text() if log_file.exists() else ""
         assert main([*args, *extra]) == 0
-        return log_file.read_text()[len(before):]
+        return log_file.read_text()[len(before) :]
 
     first = run()
     assert "stage 2 (features): done in" in first

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 
 # -- the fake itself -------------------------------------------------------------------
 
+
 def test_collectives_and_exchange() -> None:
     def learner(comm: FakeCommunicator) -> tuple:
         total = torch.tensor([float(comm.rank + 1)])
@@ -65,6 +66,7 @@ def test_an_error_in_one_learner_is_raised_and_stops_the_others() -> None:
 
 
 # -- the strategies --------------------------------------------------------------------
+
 
 def _model(seed: int = 0) -> nn.Module:
     """The same small model in every learner thread (a local generator: the global RNG is
@@ -133,8 +135,7 @@ def _spread(xs: list[torch.Tensor]) -> float:
 
 @pytest.mark.parametrize("learners, pattern", [(2, "fixed"), (4, "fixed"), (4, "random")])
 def test_adpsgd_preserves_the_mean_and_reaches_consensus(learners: int, pattern: str) -> None:
-    cfg = strategy_config("adpsgd", learners=learners, pattern=pattern, final_consensus=False,
-                         timeout_s=20)
+    cfg = strategy_config("adpsgd", learners=learners, pattern=pattern, final_consensus=False, timeout_s=20)
     starts, ends, metrics = _mixing_run(cfg, learners, steps=40)
     assert torch.allclose(torch.stack(ends).mean(0), torch.stack(starts).mean(0), atol=1e-5)
     assert _spread(starts) > 1.0
@@ -144,8 +145,7 @@ def test_adpsgd_preserves_the_mean_and_reaches_consensus(learners: int, pattern:
 
 
 def test_adpsgd_final_consensus_leaves_one_model() -> None:
-    cfg = strategy_config("adpsgd", learners=4, pattern="fixed", averaging_period=1000,
-                         timeout_s=20)
+    cfg = strategy_config("adpsgd", learners=4, pattern="fixed", averaging_period=1000, timeout_s=20)
     starts, ends, _ = _mixing_run(cfg, 4, steps=3)
     mean = torch.stack(starts).mean(0)
     for end in ends:
@@ -157,8 +157,9 @@ def test_delay_by_one_follows_its_recurrence(staleness: int) -> None:
     """Two learners, lr 0: the difference d obeys d(k+1) = d(k) - 2w d(k-s) (the exchange
     started at step k-s is merged at the end of step k; none before step s), and the mean
     never moves."""
-    cfg = strategy_config("delay_by_one", learners=2, pattern="fixed", staleness=staleness,
-                         final_consensus=False)
+    cfg = strategy_config(
+        "delay_by_one", learners=2, pattern="fixed", staleness=staleness, final_consensus=False
+    )
     steps = 6
     traces: list[list[torch.Tensor]] = [[], []]
 
@@ -220,8 +221,9 @@ def test_sync_gradient_averaging_equals_one_process_on_the_global_batch() -> Non
 
 
 def test_hybrid_groups_stay_identical_while_leaders_mix() -> None:
-    cfg = strategy_config("hybrid", learners=4, group_size=2, pattern="random",
-                         final_consensus=False, timeout_s=20)
+    cfg = strategy_config(
+        "hybrid", learners=4, group_size=2, pattern="random", final_consensus=False, timeout_s=20
+    )
     torch.manual_seed(2)
     inputs, targets = torch.randn(8, 3), torch.randn(8, 2)
 
@@ -235,8 +237,7 @@ def test_hybrid_groups_stay_identical_while_leaders_mix() -> None:
         rows = slice(comm.rank, 8, 4)
         trace = []
         for _ in range(5):
-            _step(hooks, wrapped, state, optimizer,
-                  lambda m: ((m(inputs[rows]) - targets[rows]) ** 2).sum())
+            _step(hooks, wrapped, state, optimizer, lambda m: ((m(inputs[rows]) - targets[rows]) ** 2).sum())
             trace.append(flatten(list(model.parameters())))
         hooks.finish(wrapped, state)
         return trace, hooks.final_metrics

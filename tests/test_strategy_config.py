@@ -17,16 +17,19 @@ from asrkit.distributed.launch import DistContext, context_from_env, torchrun_co
 from asrkit.errors import ConfigError
 
 
-@pytest.mark.parametrize(("settings", "needle"), [
-    ({"name": "ring"}, "strategy.name='ring'"),
-    ({"name": "single", "learners": 2}, "strategy=single runs one learner"),
-    ({"name": "adpsgd", "learners": 3}, "even number of learners"),
-    ({"name": "delay_by_one", "learners": 2, "staleness": 2}, "strategy.staleness=2"),
-    ({"name": "hybrid", "learners": 6, "group_size": 2}, "1 or an even number of groups"),
-    ({"name": "hybrid", "learners": 4, "group_size": 3}, "must divide"),
-    ({"name": "sync", "learners": 2, "timeout_s": 0}, "timeout_s=0"),
-    ({"name": "adpsgd", "learners": 2, "pattern": "star"}, "strategy.pattern='star'"),
-])
+@pytest.mark.parametrize(
+    ("settings", "needle"),
+    [
+        ({"name": "ring"}, "strategy.name='ring'"),
+        ({"name": "single", "learners": 2}, "strategy=single runs one learner"),
+        ({"name": "adpsgd", "learners": 3}, "even number of learners"),
+        ({"name": "delay_by_one", "learners": 2, "staleness": 2}, "strategy.staleness=2"),
+        ({"name": "hybrid", "learners": 6, "group_size": 2}, "1 or an even number of groups"),
+        ({"name": "hybrid", "learners": 4, "group_size": 3}, "must divide"),
+        ({"name": "sync", "learners": 2, "timeout_s": 0}, "timeout_s=0"),
+        ({"name": "adpsgd", "learners": 2, "pattern": "star"}, "strategy.pattern='star'"),
+    ],
+)
 def test_bad_strategy_settings_are_named(settings: dict, needle: str) -> None:
     with pytest.raises(ConfigError) as err:
         if settings["name"] == "ring":
@@ -45,8 +48,9 @@ def test_each_strategy_has_its_own_settings() -> None:
     with pytest.raises(ConfigError, match="unknown or invalid setting 'strategy.pattern'"):
         compose(["strategy=sync", "strategy.pattern=fixed"])
     with pytest.raises(ConfigError, match="staleness") as err:
-        compose(["strategy=delay_by_one", "strategy.staleness=3", "strategy.pattern=star",
-                 "strategy.learners=3"])
+        compose(
+            ["strategy=delay_by_one", "strategy.staleness=3", "strategy.pattern=star", "strategy.learners=3"]
+        )
     assert "3 bad settings" in str(err.value)
     with pytest.raises(ConfigError, match="needs the AdpsgdConfig settings"):
         StrategyConfig(name="adpsgd", learners=2).check()
@@ -90,8 +94,7 @@ def test_random_straggler_is_one_learner_per_step_agreed_by_all(monkeypatch) -> 
         for rank in range(4):
             s = Straggler(cfg, rank=rank, world_size=4)
             s._began = 4.0  # every step "took" one second
-            monkeypatch.setattr("asrkit.distributed.base.time.sleep",
-                                lambda t, rank=rank: slept.append(rank))
+            monkeypatch.setattr("asrkit.distributed.base.time.sleep", lambda t, rank=rank: slept.append(rank))
             s.end_step(step)
         assert len(slept) == 1  # exactly one learner is slow in each step
         picked.add(slept[0])
@@ -103,19 +106,21 @@ def test_environment_is_read_in_one_place() -> None:
 
     env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "TORCHELASTIC_RUN_ID": "x"}
     ctx = context_from_env(torch.device("cpu"), environ=env)
-    assert ctx == DistContext(rank=3, world_size=4, local_rank=1, device=torch.device("cpu"),
-                              backend="gloo")
+    assert ctx == DistContext(rank=3, world_size=4, local_rank=1, device=torch.device("cpu"), backend="gloo")
     assert context_from_env(torch.device("cpu"), environ={}).world_size == 1
-    command = torchrun_command(SyncConfig(learners=2, nnodes=2, node_rank=1),
-                               ["asrkit.stages.learner", "cfg.yaml"])
+    command = torchrun_command(
+        SyncConfig(learners=2, nnodes=2, node_rank=1), ["asrkit.stages.learner", "cfg.yaml"]
+    )
     assert "--nnodes=2" in command and "--node-rank=1" in command and command[-1] == "cfg.yaml"
 
 
 def test_steady_rate_spans_first_step_to_last_step_of_all_learners() -> None:
     # Learner 0 steps from t=10 to t=20 (40 samples after its first step), learner 1 from
     # t=12 to t=30 (20 samples): 60 samples over 30 - 10 = 20 s.
-    learners = [{"window": [10.0, 20.0], "window_samples": 40},
-                {"window": [12.0, 30.0], "window_samples": 20}]
+    learners = [
+        {"window": [10.0, 20.0], "window_samples": 40},
+        {"window": [12.0, 30.0], "window_samples": 20},
+    ]
     assert steady_rate(learners) == pytest.approx(3.0)
     # A learner that never finished a step does not count; none at all gives no rate.
     assert steady_rate(learners + [{"window": [None, 0.0], "window_samples": 0}]) == pytest.approx(3.0)
@@ -141,8 +146,9 @@ def test_delay_by_one_merge_weight() -> None:
 def test_only_communication_failures_are_reported_as_such() -> None:
     from asrkit.stages.learner import is_communication_error
 
-    peer_gone = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
-                             "closed by peer [127.0.0.1]:29500")
+    peer_gone = RuntimeError(
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29500"
+    )
     assert is_communication_error(peer_gone)
     assert is_communication_error(RuntimeError("Timed out waiting 30000ms for recv operation"))
     # A bug in this learner keeps its traceback instead of blaming the others.

@@ -50,14 +50,23 @@ def _feature_dir(root: Path, *, utts: int = 14) -> Path:
     for name, chunk, kind in (("a.ark", ids[:half], None), ("b.ark", ids[half:], "CM")):
         offsets = fx.write_mat_ark(root / name, {u: mats[u] for u in chunk}, compress_as=kind)
         scp.update({u: f"{root / name}:{o}" for u, o in offsets.items()})
-    write_data_dir(data, DataDir(wav_scp={u: f"/nonexistent/{u}.wav" for u in ids},
-                                 utt2spk={u: u.split("-")[0] for u in ids},
-                                 text={u: WORDS[k % len(WORDS)] for k, u in enumerate(ids)}))
+    write_data_dir(
+        data,
+        DataDir(
+            wav_scp={u: f"/nonexistent/{u}.wav" for u in ids},
+            utt2spk={u: u.split("-")[0] for u in ids},
+            text={u: WORDS[k % len(WORDS)] for k, u in enumerate(ids)},
+        ),
+    )
     (data / "feats.scp").write_text("".join(f"{u} {scp[u]}\n" for u in ids))
     (data / "utt2num_frames").write_text("".join(f"{u} {frames[u]}\n" for u in ids))
-    stats = fx.write_mat_ark(root / "cmvn.ark", {
-        spk: cmvn_stats(np.concatenate([mats[u] for u in ids if u.startswith(spk)])).astype(np.float64)
-        for spk in ("s1", "s2")})
+    stats = fx.write_mat_ark(
+        root / "cmvn.ark",
+        {
+            spk: cmvn_stats(np.concatenate([mats[u] for u in ids if u.startswith(spk)])).astype(np.float64)
+            for spk in ("s1", "s2")
+        },
+    )
     (data / "cmvn.scp").write_text("".join(f"{s} {root / 'cmvn.ark'}:{o}\n" for s, o in stats.items()))
     np.save(root / "global.npy", cmvn_stats(np.concatenate(list(mats.values()))))
     return data
@@ -70,8 +79,9 @@ def feature_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def tokenizer(feature_dir: Path) -> Tokenizer:
-    return train_tokenizer(read_kaldi_map(feature_dir / "text"), feature_dir.parent / "tok",
-                           TokenizerConfig(kind="char"))
+    return train_tokenizer(
+        read_kaldi_map(feature_dir / "text"), feature_dir.parent / "tok", TokenizerConfig(kind="char")
+    )
 
 
 def _normalizer(feature_dir: Path, mode: str) -> CmvnNormalizer:
@@ -88,12 +98,13 @@ def _same(a: Batch, b: Batch) -> None:
 
 
 @pytest.mark.parametrize("mode", ["global", "speaker", "none"])
-@pytest.mark.parametrize(("prefetch", "workers", "loader"),
-                         [(0, 1, "thread"), (2, 1, "thread"), (3, 2, "thread"), (2, 1, "process"),
-                          (3, 2, "process")])
-def test_streamed_batches_equal_in_memory_batches(feature_dir: Path, tokenizer: Tokenizer,
-                                                  mode: str, prefetch: int, workers: int,
-                                                  loader: str) -> None:
+@pytest.mark.parametrize(
+    ("prefetch", "workers", "loader"),
+    [(0, 1, "thread"), (2, 1, "thread"), (3, 2, "thread"), (2, 1, "process"), (3, 2, "process")],
+)
+def test_streamed_batches_equal_in_memory_batches(
+    feature_dir: Path, tokenizer: Tokenizer, mode: str, prefetch: int, workers: int, loader: str
+) -> None:
     normalize = _normalizer(feature_dir, mode)
     stream = open_data_dir(feature_dir, normalize, tokenizer=tokenizer, input_dim=DIM)
     memory = InMemorySource(load_utterances(feature_dir, normalize, tokenizer=tokenizer))
@@ -101,8 +112,7 @@ def test_streamed_batches_equal_in_memory_batches(feature_dir: Path, tokenizer: 
     for rank, world in ((0, 1), (1, 2)):
         settings = {"max_frames": 60, "max_batch": 4, "seed": 5, "rank": rank, "world": world}
         held = BucketBatches(memory, prefetch=0, **settings)
-        with BucketBatches(stream, prefetch=prefetch, workers=workers, loader=loader,
-                           **settings) as streamed:
+        with BucketBatches(stream, prefetch=prefetch, workers=workers, loader=loader, **settings) as streamed:
             assert [b.tolist() for b in streamed.buckets] == [b.tolist() for b in held.buckets]
             for epoch in (0, 1):
                 got, expected = list(streamed.epoch(epoch)), list(held.epoch(epoch))
@@ -114,7 +124,8 @@ def test_streamed_batches_equal_in_memory_batches(feature_dir: Path, tokenizer: 
 
 @pytest.mark.parametrize("mode", ["global", "speaker", "none"])
 def test_a_batch_of_float_matrices_is_read_in_one_pass_and_equals_the_general_path(
-        feature_dir: Path, tokenizer: Tokenizer, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    feature_dir: Path, tokenizer: Tokenizer, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     normalize = _normalizer(feature_dir, mode)
     stream = open_data_dir(feature_dir, normalize, tokenizer=tokenizer, input_dim=DIM)
     plain = [i for i in range(len(stream)) if stream.ark_of[i] == 0]  # a.ark holds FM matrices
@@ -135,7 +146,8 @@ def test_a_batch_of_float_matrices_is_read_in_one_pass_and_equals_the_general_pa
 
 
 def test_opening_a_set_reads_one_matrix_and_checks_each_archive_once(
-        feature_dir: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    feature_dir: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     opened: list[str] = []
     real_open = open
 
@@ -181,11 +193,14 @@ class _Recording(InMemorySource):
 
 @pytest.mark.parametrize(("prefetch", "loader"), [(0, "thread"), (3, "thread"), (3, "process")])
 def test_a_resumed_epoch_reads_no_batch_before_its_position(
-        feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path, prefetch: int, loader: str) -> None:
-    source = _Recording(open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer),
-                        tmp_path / "read.log")
-    with BucketBatches(source, max_frames=50, max_batch=3, seed=2, prefetch=prefetch,
-                       loader=loader) as batches:
+    feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path, prefetch: int, loader: str
+) -> None:
+    source = _Recording(
+        open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer), tmp_path / "read.log"
+    )
+    with BucketBatches(
+        source, max_frames=50, max_batch=3, seed=2, prefetch=prefetch, loader=loader
+    ) as batches:
         plan = [b.tolist() for b in batches.plan(4)]
         start = 3
         got = [b.utts for b in batches.epoch(4, start=start)]
@@ -195,10 +210,12 @@ def test_a_resumed_epoch_reads_no_batch_before_its_position(
 
 
 @pytest.mark.parametrize("loader", ["thread", "process"])
-def test_leaving_an_epoch_early_stops_the_read_ahead(feature_dir: Path, tokenizer: Tokenizer,
-                                                     tmp_path: Path, loader: str) -> None:
-    source = _Recording(open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer),
-                        tmp_path / "read.log")
+def test_leaving_an_epoch_early_stops_the_read_ahead(
+    feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path, loader: str
+) -> None:
+    source = _Recording(
+        open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer), tmp_path / "read.log"
+    )
     batches = BucketBatches(source, max_frames=20, max_batch=1, seed=2, prefetch=2, loader=loader)
     before = threading.active_count()
     epoch = batches.epoch(0)
@@ -227,8 +244,10 @@ def test_a_read_error_reaches_the_consumer_at_its_batch() -> None:
     source = InMemorySource([])
     source.reader = Failing  # type: ignore[method-assign]
     got = []
-    with pytest.raises(DataError, match="'u3'"), \
-            Prefetcher(iter(range(10)), make, source, depth=2, threads=2) as batches:
+    with (
+        pytest.raises(DataError, match="'u3'"),
+        Prefetcher(iter(range(10)), make, source, depth=2, threads=2) as batches,
+    ):
         got.extend(batches)
     assert got == [0, 1, 2]
 
@@ -237,8 +256,16 @@ def _tiny_source(utts: int = 10, *, on_read: Callable[[str], None] | None = None
     """Utterances u0..u9 in memory (u9 longest); ``on_read(utt)`` runs in the reader before
     each utterance is read (in a worker process when one reads)."""
     rng = np.random.default_rng(0)
-    source = InMemorySource([Utterance(f"u{k}", rng.standard_normal((5 + k, DIM)).astype(np.float32),
-                                       np.array([1, 2], dtype=np.int64)) for k in range(utts)])
+    source = InMemorySource(
+        [
+            Utterance(
+                f"u{k}",
+                rng.standard_normal((5 + k, DIM)).astype(np.float32),
+                np.array([1, 2], dtype=np.int64),
+            )
+            for k in range(utts)
+        ]
+    )
     if on_read is not None:
         inner_reader = source.reader
 
@@ -263,8 +290,9 @@ def test_a_worker_read_error_reaches_the_consumer_at_its_batch(loader: str) -> N
 
     source = _tiny_source(on_read=fail)
     got: list[str] = []
-    with BucketBatches(source, max_frames=1000, max_batch=1, shuffle=False, prefetch=3,
-                       workers=2, loader=loader) as batches:
+    with BucketBatches(
+        source, max_frames=1000, max_batch=1, shuffle=False, prefetch=3, workers=2, loader=loader
+    ) as batches:
         with pytest.raises(DataError, match="'u3' at a.ark:1234") as caught:
             got.extend(b.utts[0] for b in batches.epoch(0))
         assert not getattr(caught.value, "__notes__", [])  # a user error stays one line
@@ -284,9 +312,12 @@ def test_a_dead_reading_worker_stops_the_consumer_instead_of_hanging() -> None:
 
     source = _tiny_source(on_read=die)
     got: list[str] = []
-    with BucketBatches(source, max_frames=1000, max_batch=1, shuffle=False, prefetch=2,
-                       loader="process") as batches, \
-            pytest.raises(RuntimeError, match=r"worker process \d+ ended \(signal 9\) before batch 4"):
+    with (
+        BucketBatches(
+            source, max_frames=1000, max_batch=1, shuffle=False, prefetch=2, loader="process"
+        ) as batches,
+        pytest.raises(RuntimeError, match=r"worker process \d+ ended \(signal 9\) before batch 4"),
+    ):
         got.extend(b.utts[0] for b in batches.epoch(0))
     assert got == ["u9", "u8", "u7", "u6"]
     assert multiprocessing.active_children() == []
@@ -296,12 +327,14 @@ def test_a_dead_reading_worker_stops_the_consumer_instead_of_hanging() -> None:
 def test_a_reader_pool_reads_one_epoch_at_a_time_and_checks_its_plan() -> None:
     source = _tiny_source()
     # More read-ahead slots than a page of slot headers holds.
-    with BucketBatches(source, max_frames=1000, max_batch=1, seed=3, prefetch=600,
-                       loader="process") as batches:
+    with BucketBatches(
+        source, max_frames=1000, max_batch=1, seed=3, prefetch=600, loader="process"
+    ) as batches:
         first = batches.epoch(0)
         next(first)
         assert [b.utts for b in batches.epoch(1)] == [
-            [source.ids[i] for i in bucket] for bucket in batches.plan(1)]
+            [source.ids[i] for i in bucket] for bucket in batches.plan(1)
+        ]
         with pytest.raises(RuntimeError, match="one epoch at a time"):
             next(first)
         # A planner changed after its workers forked would pair features with other
@@ -313,7 +346,8 @@ def test_a_reader_pool_reads_one_epoch_at_a_time_and_checks_its_plan() -> None:
 
 
 def test_a_listed_corpus_is_a_valid_data_dir_of_the_same_matrices(
-        feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path) -> None:
+    feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path
+) -> None:
     info = list_corpus(feature_dir, tmp_path / "listed", hours=0.004)  # 14 s: several copies
     source = open_data_dir(tmp_path / "listed", CmvnNormalizer("none"), tokenizer=tokenizer)
     original = open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer)
@@ -328,21 +362,31 @@ def test_a_listed_corpus_is_a_valid_data_dir_of_the_same_matrices(
 
 
 def test_streamed_and_in_memory_training_give_bitwise_equal_weights(
-        feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path) -> None:
+    feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path
+) -> None:
     normalize = _normalizer(feature_dir, "global")
     weights = []
-    for name, data in (("stream", open_data_dir(feature_dir, normalize, tokenizer=tokenizer,
-                                                 keep_text=True)),
-                       ("memory", load_utterances(feature_dir, normalize, tokenizer=tokenizer))):
+    for name, data in (
+        ("stream", open_data_dir(feature_dir, normalize, tokenizer=tokenizer, keep_text=True)),
+        ("memory", load_utterances(feature_dir, normalize, tokenizer=tokenizer)),
+    ):
         torch.manual_seed(0)
-        model = build_model(ModelConfig(size="tiny", dropout=0.2), input_dim=DIM,
-                            num_tokens=tokenizer.num_tokens)
-        trainer = Trainer(model, data, data, tokenizer=tokenizer, exp_dir=tmp_path / name,
-                          cfg=TrainConfig(epochs=2, max_frames=60, max_batch=4, progress=False,
-                                          device="cpu", prefetch=2),
-                          optim=OptimConfig(lr=1e-2), schedule=ScheduleConfig(warmup_steps=2),
-                          specaug=SpecAugConfig(freq_width=2, time_width=3),
-                          meta={"model": model.args}, seed=3)
+        model = build_model(
+            ModelConfig(size="tiny", dropout=0.2), input_dim=DIM, num_tokens=tokenizer.num_tokens
+        )
+        trainer = Trainer(
+            model,
+            data,
+            data,
+            tokenizer=tokenizer,
+            exp_dir=tmp_path / name,
+            cfg=TrainConfig(epochs=2, max_frames=60, max_batch=4, progress=False, device="cpu", prefetch=2),
+            optim=OptimConfig(lr=1e-2),
+            schedule=ScheduleConfig(warmup_steps=2),
+            specaug=SpecAugConfig(freq_width=2, time_width=3),
+            meta={"model": model.args},
+            seed=3,
+        )
         state = trainer.fit()
         assert state.data_wait_s >= 0 and state.train_s > 0 and state.first_step_time
         assert state.history[-1]["data_wait_s"] >= 0
@@ -355,18 +399,27 @@ def test_streamed_and_in_memory_training_give_bitwise_equal_weights(
 def test_max_steps_stops_training_early(feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path) -> None:
     data = open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer, keep_text=True)
     model = build_model(ModelConfig(size="tiny"), input_dim=DIM, num_tokens=tokenizer.num_tokens)
-    trainer = Trainer(model, data, data, tokenizer=tokenizer, exp_dir=tmp_path / "exp",
-                      cfg=TrainConfig(epochs=5, max_frames=40, max_batch=2, progress=False,
-                                      device="cpu", max_steps=3),
-                      optim=OptimConfig(), schedule=ScheduleConfig(warmup_steps=0),
-                      specaug=SpecAugConfig(enabled=False), meta={"model": model.args})
+    trainer = Trainer(
+        model,
+        data,
+        data,
+        tokenizer=tokenizer,
+        exp_dir=tmp_path / "exp",
+        cfg=TrainConfig(epochs=5, max_frames=40, max_batch=2, progress=False, device="cpu", max_steps=3),
+        optim=OptimConfig(),
+        schedule=ScheduleConfig(warmup_steps=0),
+        specaug=SpecAugConfig(enabled=False),
+        meta={"model": model.args},
+    )
     state = trainer.fit()
     assert state.step == 3 and state.epoch == 1 and len(state.history) == 1
 
 
-@pytest.mark.skipif(not Path("/lib/x86_64-linux-gnu/libc.so.6").exists()
-                    and not Path("/usr/lib/x86_64-linux-gnu/libc.so.6").exists(),
-                    reason="glibc's mallopt only")
+@pytest.mark.skipif(
+    not Path("/lib/x86_64-linux-gnu/libc.so.6").exists()
+    and not Path("/usr/lib/x86_64-linux-gnu/libc.so.6").exists(),
+    reason="glibc's mallopt only",
+)
 def test_training_processes_keep_freed_memory_for_reuse() -> None:
     from asrkit.training import allocator
 

@@ -72,22 +72,33 @@ def test_hybrid_pairs_group_leaders_by_the_random_pattern() -> None:
     assert hybrid_pairing(8, 0, 0, group_size=8) == []
 
 
-CASES = [("fixed", n, 1) for n in (1, 2, 4, 6, 16, 64)] + [("random", n, 1) for n in (1, 2, 4, 6, 16, 64)] + [
-    ("hybrid", 16, 1), ("hybrid", 16, 2), ("hybrid", 16, 4), ("hybrid", 16, 8), ("hybrid", 16, 16),
-    ("hybrid", 3, 3)]
+CASES = (
+    [("fixed", n, 1) for n in (1, 2, 4, 6, 16, 64)]
+    + [("random", n, 1) for n in (1, 2, 4, 6, 16, 64)]
+    + [
+        ("hybrid", 16, 1),
+        ("hybrid", 16, 2),
+        ("hybrid", 16, 4),
+        ("hybrid", 16, 8),
+        ("hybrid", 16, 16),
+        ("hybrid", 3, 3),
+    ]
+)
 
 
 @pytest.mark.parametrize(("pattern", "n", "group_size"), CASES)
-def test_expected_mixing_matrices_are_symmetric_doubly_stochastic(pattern: str, n: int,
-                                                                  group_size: int) -> None:
+def test_expected_mixing_matrices_are_symmetric_doubly_stochastic(
+    pattern: str, n: int, group_size: int
+) -> None:
     w = expected_mixing_matrix(pattern, n, group_size=group_size)
     assert w.shape == (n, n)
     np.testing.assert_allclose(w, w.T, atol=0)
     assert (w >= 0).all()
     np.testing.assert_allclose(w.sum(axis=0), 1.0, atol=1e-12)
     np.testing.assert_allclose(w.sum(axis=1), 1.0, atol=1e-12)
-    assert spectral_gap(w) == pytest.approx(closed_form_spectral_gap(pattern, n, group_size=group_size),
-                                            abs=1e-12)
+    assert spectral_gap(w) == pytest.approx(
+        closed_form_spectral_gap(pattern, n, group_size=group_size), abs=1e-12
+    )
 
 
 def test_hand_computed_spectral_gap_of_the_four_learner_ring() -> None:
@@ -123,8 +134,9 @@ def test_hybrid_interpolates_between_random_and_exact_averaging() -> None:
     exact = expected_mixing_matrix("hybrid", n, group_size=n)
     np.testing.assert_allclose(exact, np.full((n, n), 1 / n), atol=1e-15)
     assert spectral_gap(exact) == pytest.approx(1.0, abs=1e-12)
-    np.testing.assert_allclose(expected_mixing_matrix("hybrid", n, group_size=1),
-                               expected_mixing_matrix("random", n), atol=0)
+    np.testing.assert_allclose(
+        expected_mixing_matrix("hybrid", n, group_size=1), expected_mixing_matrix("random", n), atol=0
+    )
     assert spectral_gap(expected_mixing_matrix("hybrid", n, group_size=4)) == pytest.approx(0.5, abs=1e-12)
     assert consensus_rate("hybrid", n, group_size=1, seed=2) == consensus_rate("random", n, seed=2)
 
@@ -141,19 +153,24 @@ def test_consensus_rate_matches_the_mixing_speed() -> None:
     assert consensus_rate("fixed", 4) < 1e-6
 
 
-@pytest.mark.parametrize(("call", "needles"), [
-    (lambda: pairing("random", 5, 0), ["even number of learners", "n=5", "n=4 or n=6"]),
-    (lambda: pairing("fixed", 7, 0), ["'fixed'", "n=7"]),
-    (lambda: random_pairing(0, 0, 0), ["integer >= 1", "got 0"]),
-    (lambda: pairing("ring", 4, 0), ["unknown pattern 'ring'", "fixed, random, hybrid"]),
-    (lambda: expected_mixing_matrix("ring", 4), ["unknown pattern 'ring'"]),
-    (lambda: expected_mixing_matrix("hybrid", 12, group_size=5), ["group_size=5 does not divide n=12",
-                                                                  "[1, 2, 3, 4, 6, 12]"]),
-    (lambda: expected_mixing_matrix("hybrid", 12, group_size=4), ["3 groups", "even or 1"]),
-    (lambda: expected_mixing_matrix("fixed", 8, group_size=2), ["only applies to pattern 'hybrid'"]),
-    (lambda: random_pairing(8, 0, -1), ["seed", "got -1"]),
-    (lambda: consensus_rate("random", 8, rounds=0), ["rounds", "got 0"]),
-])
+@pytest.mark.parametrize(
+    ("call", "needles"),
+    [
+        (lambda: pairing("random", 5, 0), ["even number of learners", "n=5", "n=4 or n=6"]),
+        (lambda: pairing("fixed", 7, 0), ["'fixed'", "n=7"]),
+        (lambda: random_pairing(0, 0, 0), ["integer >= 1", "got 0"]),
+        (lambda: pairing("ring", 4, 0), ["unknown pattern 'ring'", "fixed, random, hybrid"]),
+        (lambda: expected_mixing_matrix("ring", 4), ["unknown pattern 'ring'"]),
+        (
+            lambda: expected_mixing_matrix("hybrid", 12, group_size=5),
+            ["group_size=5 does not divide n=12", "[1, 2, 3, 4, 6, 12]"],
+        ),
+        (lambda: expected_mixing_matrix("hybrid", 12, group_size=4), ["3 groups", "even or 1"]),
+        (lambda: expected_mixing_matrix("fixed", 8, group_size=2), ["only applies to pattern 'hybrid'"]),
+        (lambda: random_pairing(8, 0, -1), ["seed", "got -1"]),
+        (lambda: consensus_rate("random", 8, rounds=0), ["rounds", "got 0"]),
+    ],
+)
 def test_bad_settings_raise_config_error_naming_value_and_fix(call, needles: list[str]) -> None:
     with pytest.raises(ConfigError) as info:
         call()
@@ -191,14 +208,17 @@ def test_cli_hybrid_row(capsys) -> None:
     assert float(row[3]) == pytest.approx(1.0) and float(row[4]) == 0.0
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["--learners", "4,x"], "'x' is not an integer"),
-    (["--learners", "4,5"], "n=5"),
-    (["--learners", "8", "--pattern", "hybrid"], "needs --group-size"),
-    (["--learners", "8", "--group-size", "2"], "only applies to --pattern hybrid"),
-    (["--learners", "12", "--pattern", "hybrid", "--group-size", "4"], "3 groups"),
-    (["--learners", "8", "--rounds", "0"], "rounds"),
-])
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--learners", "4,x"], "'x' is not an integer"),
+        (["--learners", "4,5"], "n=5"),
+        (["--learners", "8", "--pattern", "hybrid"], "needs --group-size"),
+        (["--learners", "8", "--group-size", "2"], "only applies to --pattern hybrid"),
+        (["--learners", "12", "--pattern", "hybrid", "--group-size", "4"], "3 groups"),
+        (["--learners", "8", "--rounds", "0"], "rounds"),
+    ],
+)
 def test_cli_bad_values_raise_config_error_before_printing(argv: list[str], needle: str, capsys) -> None:
     with pytest.raises(ConfigError, match=needle):
         _run_cli(*argv)

@@ -71,12 +71,12 @@ def test_model_output_shapes_for_every_size(size: str) -> None:
 
 def test_padding_does_not_change_an_utterances_output() -> None:
     torch.manual_seed(0)
-    model = build_model(ModelConfig(size="tiny", stack=3, subsample=3), input_dim=8,
-                        num_tokens=5).eval()
+    model = build_model(ModelConfig(size="tiny", stack=3, subsample=3), input_dim=8, num_tokens=5).eval()
     x = torch.randn(1, 30, 8)
     alone = model(x, torch.tensor([30]))["ctc"]
-    padded = model(torch.cat([x, torch.randn(1, 12, 8)], dim=1).repeat(2, 1, 1),
-                   torch.tensor([30, 42]))["ctc"]
+    padded = model(torch.cat([x, torch.randn(1, 12, 8)], dim=1).repeat(2, 1, 1), torch.tensor([30, 42]))[
+        "ctc"
+    ]
     assert torch.allclose(alone[0], padded[0, :10], atol=1e-5)
 
 
@@ -84,11 +84,19 @@ def test_ctc_loss_falls_on_a_tiny_fixture(tmp_path: Path, tokenizer: Tokenizer) 
     torch.manual_seed(0)
     utts = _utts(tokenizer)
     model = build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=tokenizer.num_tokens)
-    trainer = Trainer(model, utts, utts, tokenizer=tokenizer, exp_dir=tmp_path / "exp",
-                      cfg=TrainConfig(epochs=40, max_frames=400, max_batch=5, progress=False,
-                                      device="cpu"),
-                      optim=OptimConfig(lr=2e-2), schedule=ScheduleConfig(warmup_steps=5),
-                      specaug=SpecAugConfig(enabled=False), meta={"model": model.args}, seed=0)
+    trainer = Trainer(
+        model,
+        utts,
+        utts,
+        tokenizer=tokenizer,
+        exp_dir=tmp_path / "exp",
+        cfg=TrainConfig(epochs=40, max_frames=400, max_batch=5, progress=False, device="cpu"),
+        optim=OptimConfig(lr=2e-2),
+        schedule=ScheduleConfig(warmup_steps=5),
+        specaug=SpecAugConfig(enabled=False),
+        meta={"model": model.args},
+        seed=0,
+    )
     before = ctc_loss(model.eval(), collate(utts)).item()
     state = trainer.fit()
     after = ctc_loss(model.eval(), collate(utts)).item()
@@ -137,23 +145,32 @@ def test_buckets_respect_the_frame_cap() -> None:
 
 
 def test_schedule_warmup_and_annealing() -> None:
-    sched = LRSchedule(ScheduleConfig(warmup_steps=10, anneal="cosine", final_scale=0.1),
-                       peak_lr=1.0, total_steps=110, steps_per_epoch=11)
+    sched = LRSchedule(
+        ScheduleConfig(warmup_steps=10, anneal="cosine", final_scale=0.1),
+        peak_lr=1.0,
+        total_steps=110,
+        steps_per_epoch=11,
+    )
     assert sched(0) == pytest.approx(0.1) and sched(9) == pytest.approx(1.0)
     assert sched(110) == pytest.approx(0.1)
-    exp = LRSchedule(ScheduleConfig(warmup_steps=0, anneal="exponential", decay=0.5,
-                                    decay_start_epoch=2), peak_lr=1.0, total_steps=100,
-                     steps_per_epoch=10)
+    exp = LRSchedule(
+        ScheduleConfig(warmup_steps=0, anneal="exponential", decay=0.5, decay_start_epoch=2),
+        peak_lr=1.0,
+        total_steps=100,
+        steps_per_epoch=10,
+    )
     assert [exp(s) for s in (5, 15, 25, 35)] == [1.0, 0.5, 0.25, 0.125]
 
 
 def test_specaugment_masks_within_the_utterance() -> None:
     feats = torch.ones(2, 100, 20)
-    out = spec_augment(feats, torch.tensor([100, 40]), SpecAugConfig(time_width=30),
-                       torch.Generator().manual_seed(0))
+    out = spec_augment(
+        feats, torch.tensor([100, 40]), SpecAugConfig(time_width=30), torch.Generator().manual_seed(0)
+    )
     assert (out == 0).any() and torch.equal(feats, torch.ones(2, 100, 20))
-    again = spec_augment(feats, torch.tensor([100, 40]), SpecAugConfig(time_width=30),
-                         torch.Generator().manual_seed(0))
+    again = spec_augment(
+        feats, torch.tensor([100, 40]), SpecAugConfig(time_width=30), torch.Generator().manual_seed(0)
+    )
     assert torch.equal(out, again)
 
 
@@ -176,11 +193,13 @@ def test_configs_ship_inside_the_package() -> None:
     package = Path(asrkit.__file__).parent
     assert DEFAULT_CONFIG_DIR == package / "conf"
     globs = tomllib.loads((package.parent / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-data"]["asrkit"]
+        "package-data"
+    ]["asrkit"]
     shipped = [p.relative_to(package).as_posix() for p in DEFAULT_CONFIG_DIR.rglob("*.yaml")]
     assert len(shipped) > 20
-    assert [p for p in shipped if not any(fnmatch.fnmatch(p, g) and p.count("/") == g.count("/")
-                                          for g in globs)] == []
+    assert [
+        p for p in shipped if not any(fnmatch.fnmatch(p, g) and p.count("/") == g.count("/") for g in globs)
+    ] == []
 
 
 def test_decode_writes_well_formed_kaldi_text(tmp_path: Path, tokenizer: Tokenizer) -> None:
@@ -192,8 +211,7 @@ def test_decode_writes_well_formed_kaldi_text(tmp_path: Path, tokenizer: Tokeniz
     (exp / "tokenizer").mkdir(parents=True)
     for name in ("sp.model", "units.txt", "words.txt"):
         (exp / "tokenizer" / name).write_bytes((tokenizer.model_dir / name).read_bytes())
-    meta = {"model": model.args, "features": {"num_mel_bins": 8}, "cmvn": "none",
-            "tokenizer": "tokenizer"}
+    meta = {"model": model.args, "features": {"num_mel_bins": 8}, "cmvn": "none", "tokenizer": "tokenizer"}
     save_checkpoint(exp / "model.pt", {"model": model.state_dict(), "meta": meta})
     recognizer = Recognizer(exp)
     hyp = recognizer.recognize(_utts(tokenizer))
@@ -230,11 +248,15 @@ def test_checkpoint_averaging_is_the_elementwise_mean(tmp_path: Path) -> None:
 def test_every_bad_setting_is_reported_in_one_error() -> None:
     from asrkit.errors import ConfigError
 
-    bad = {"train.max_frames=-1": "train.max_frames=-1", "optim.lr=0": "optim.lr=0.0",
-           "specaug.time_ratio=2": "specaug.time_ratio=2.0",
-           "schedule.anneal=linear": "schedule.anneal='linear'",
-           "schedule.warmup_steps=-5": "schedule.warmup_steps=-5",
-           "strategy.learners=0": "learners=0", "model.size=huge": "model.size='huge'"}
+    bad = {
+        "train.max_frames=-1": "train.max_frames=-1",
+        "optim.lr=0": "optim.lr=0.0",
+        "specaug.time_ratio=2": "specaug.time_ratio=2.0",
+        "schedule.anneal=linear": "schedule.anneal='linear'",
+        "schedule.warmup_steps=-5": "schedule.warmup_steps=-5",
+        "strategy.learners=0": "learners=0",
+        "model.size=huge": "model.size='huge'",
+    }
     with pytest.raises(ConfigError) as caught:
         compose(list(bad))
     message = str(caught.value)

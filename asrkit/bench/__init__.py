@@ -19,17 +19,37 @@ from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
 
 BENCHMARKS: dict[str, Callable[..., dict]] = {
-    "features": bench_features, "trainer": bench_trainer, "compute": bench_compute,
-    "decoding": bench_decoding, "scoring": bench_scoring, "strategies": bench_strategies,
-    "convergence": bench_convergence, "data": bench_data}
+    "features": bench_features,
+    "trainer": bench_trainer,
+    "compute": bench_compute,
+    "decoding": bench_decoding,
+    "scoring": bench_scoring,
+    "strategies": bench_strategies,
+    "convergence": bench_convergence,
+    "data": bench_data,
+}
 
 #: Smaller settings for ``asrkit bench --quick`` (a few minutes in all on 2 cores).
 QUICK: dict[str, dict] = {
-    "features": {"repeats": 1}, "trainer": {"steps": 4, "repeats": 2}, "compute": {"quick": True},
-    "decoding": {}, "scoring": {"utterances": 2000}, "strategies": {"utterances": 64, "epochs": 2},
+    "features": {"repeats": 1},
+    "trainer": {"steps": 4, "repeats": 2},
+    "compute": {"quick": True},
+    "decoding": {},
+    "scoring": {"utterances": 2000},
+    "strategies": {"utterances": 64, "epochs": 2},
     "convergence": {"quick": True},
     "data": {"hours": (1.0, 10.0), "steps": 20, "loader_seconds": 5.0},
 }
 
-__all__ = ["BENCHMARKS", "QUICK", "bench_compute", "bench_convergence", "bench_data", "bench_decoding",
-           "bench_features", "bench_scoring", "bench_strategies", "bench_trainer"]
+__all__ = [
+    "BENCHMARKS",
+    "QUICK",
+    "bench_compute",
+    "bench_convergence",
+    "bench_data",
+    "bench_decoding",
+    "bench_features",
+    "bench_scoring",
+    "bench_strategies",
+    "bench_trainer",
+]

@@ -66,8 +66,7 @@ def matmul_rate(device: torch.device, *, size: int, repeats: int = 5) -> float:
     return 2 * size**3 / best
 
 
-def training_rate(size: str, device: torch.device, *, batch: int, seconds: float,
-                  steps: int = 4) -> dict:
+def training_rate(size: str, device: torch.device, *, batch: int, seconds: float, steps: int = 4) -> dict:
     """Achieved training FLOP/s of the ``size`` model on random ``(batch, T, 80)`` features
     of ``seconds`` length (100 frames/s), CTC loss, Adam; the best of ``steps`` steps."""
     torch.manual_seed(0)
@@ -84,8 +83,9 @@ def training_rate(size: str, device: torch.device, *, batch: int, seconds: float
         _sync(device)
         began = time.perf_counter()
         out = model(feats, lengths)
-        loss = torch.nn.functional.ctc_loss(out["ctc"].transpose(0, 1), targets, out["lengths"],
-                                            target_lengths, zero_infinity=True)
+        loss = torch.nn.functional.ctc_loss(
+            out["ctc"].transpose(0, 1), targets, out["lengths"], target_lengths, zero_infinity=True
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -93,9 +93,14 @@ def training_rate(size: str, device: torch.device, *, batch: int, seconds: float
         if step:  # the first step warms up (allocations, cuDNN plans)
             best = min(best, time.perf_counter() - began)
     flops = lstm_training_flops(model, out_frames)
-    return {"params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
-            "batch": batch, "frames": out_frames, "step_s": round(best, 4),
-            "gflop_per_step": round(flops / 1e9, 2), "gflop_s": round(flops / best / 1e9, 2)}
+    return {
+        "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
+        "batch": batch,
+        "frames": out_frames,
+        "step_s": round(best, 4),
+        "gflop_per_step": round(flops / 1e9, 2),
+        "gflop_s": round(flops / best / 1e9, 2),
+    }
 
 
 def bench_compute(data_dir: str = "", *, device: str = "auto", quick: bool = False) -> dict:
@@ -103,16 +108,20 @@ def bench_compute(data_dir: str = "", *, device: str = "auto", quick: bool = Fal
 
     ``data_dir`` is unused (the batches are random: FLOPs do not depend on the values).
     """
-    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                       ("cpu" if device == "auto" else device))
+    dev = torch.device(
+        "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
+    )
     gpu = dev.type == "cuda"
     peak = matmul_rate(dev, size=8192 if gpu else 1024)
     # The paper trained with batches of 256 utterances; a GPU gets that, a CPU a taste.
     shapes = {"demo": (32, 4.0) if gpu else (8, 2.0), "paper": (256, 4.0) if gpu else (4, 1.0)}
     if quick:
         shapes = {k: (b, s / 2) for k, (b, s) in shapes.items()}
-    result = {"device": torch.cuda.get_device_name(dev) if gpu else "cpu",
-              "threads": torch.get_num_threads(), "matmul_gflop_s": round(peak / 1e9, 2)}
+    result = {
+        "device": torch.cuda.get_device_name(dev) if gpu else "cpu",
+        "threads": torch.get_num_threads(),
+        "matmul_gflop_s": round(peak / 1e9, 2),
+    }
     for size, (batch, seconds) in shapes.items():
         rate = training_rate(size, dev, batch=batch, seconds=seconds)
         rate["fraction_of_matmul"] = round(rate["gflop_s"] * 1e9 / peak, 3)

@@ -17,9 +17,13 @@ from pathlib import Path
 
 from asrkit.bench.strategies import run_workers
 
-STRATEGIES = {"sync": ("sync", "fixed"), "adpsgd-fixed": ("adpsgd", "fixed"),
-              "adpsgd-random": ("adpsgd", "random"), "delay-by-one": ("delay_by_one", "fixed"),
-              "hybrid": ("hybrid", "fixed")}
+STRATEGIES = {
+    "sync": ("sync", "fixed"),
+    "adpsgd-fixed": ("adpsgd", "fixed"),
+    "adpsgd-random": ("adpsgd", "random"),
+    "delay-by-one": ("delay_by_one", "fixed"),
+    "hybrid": ("hybrid", "fixed"),
+}
 
 
 def _curves_from_recipe(exp_root: Path) -> dict[str, list[dict]] | None:
@@ -32,8 +36,9 @@ def _curves_from_recipe(exp_root: Path) -> dict[str, list[dict]] | None:
     return curves
 
 
-def bench_convergence(data_dir: str | Path, *, exp_root: str | Path = "recipes/an4/exp",
-                      epochs: int = 4, quick: bool = False) -> dict:
+def bench_convergence(
+    data_dir: str | Path, *, exp_root: str | Path = "recipes/an4/exp", epochs: int = 4, quick: bool = False
+) -> dict:
     """Per strategy: ``[(seconds, dev loss, dev WER)]`` by epoch, and the time each needs
     to reach the best loss that every strategy reaches."""
     curves = None if quick else _curves_from_recipe(Path(exp_root))
@@ -43,10 +48,18 @@ def bench_convergence(data_dir: str | Path, *, exp_root: str | Path = "recipes/a
         curves = {}
         with tempfile.TemporaryDirectory() as tmp:
             for name, (strategy, pattern) in STRATEGIES.items():
-                history = run_workers(Path(tmp), Path(data_dir), name=name, learners=2,
-                                      strategy=strategy, pattern=pattern, straggler="none",
-                                      utterances=0, epochs=1 if quick else epochs,
-                                      held_out=True)["history"]
+                history = run_workers(
+                    Path(tmp),
+                    Path(data_dir),
+                    name=name,
+                    learners=2,
+                    strategy=strategy,
+                    pattern=pattern,
+                    straggler="none",
+                    utterances=0,
+                    epochs=1 if quick else epochs,
+                    held_out=True,
+                )["history"]
                 curves[name] = history
     points = {}
     for name, history in curves.items():
@@ -57,5 +70,4 @@ def bench_convergence(data_dir: str | Path, *, exp_root: str | Path = "recipes/a
         points[name] = rows
     target = max(min(r[1] for r in rows) for rows in points.values())
     reach = {name: next(r[0] for r in rows if r[1] <= target) for name, rows in points.items()}
-    return {"source": source, "target_loss": round(target, 4), "seconds_to_target": reach,
-            "curves": points}
+    return {"source": source, "target_loss": round(target, 4), "seconds_to_target": reach, "curves": points}

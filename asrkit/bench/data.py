@@ -43,8 +43,13 @@ from asrkit.training.allocator import retain_freed_memory
 from asrkit.training.trainer import loader_settings
 
 
-def bench_data(data_dir: str | Path, *, hours: tuple[float, ...] = (10.0, 100.0), steps: int = 50,
-               loader_seconds: float = 15.0) -> dict:
+def bench_data(
+    data_dir: str | Path,
+    *,
+    hours: tuple[float, ...] = (10.0, 100.0),
+    steps: int = 50,
+    loader_seconds: float = 15.0,
+) -> dict:
     """Measure the streaming data path on listed corpora of ``hours`` (the first is the base).
 
     Args:
@@ -55,21 +60,22 @@ def bench_data(data_dir: str | Path, *, hours: tuple[float, ...] = (10.0, 100.0)
         loader_seconds: how long the loader alone is timed.
     """
     data_dir = Path(data_dir)
-    train_dir = data_dir.parent / "train" if (data_dir.parent / "train" / "feats.scp").is_file() \
-        else data_dir
-    dev_dir = data_dir.parent / "train_dev" if (data_dir.parent / "train_dev" / "feats.scp").is_file() \
-        else data_dir
+    train_dir = data_dir.parent / "train" if (data_dir.parent / "train" / "feats.scp").is_file() else data_dir
+    dev_dir = (
+        data_dir.parent / "train_dev" if (data_dir.parent / "train_dev" / "feats.scp").is_file() else data_dir
+    )
     if not (train_dir / "feats.scp").is_file():
-        raise DataError(f"{train_dir}/feats.scp: not found; compute AN4's features first "
-                        "(recipes/an4/run.sh --stop-stage 2)")
+        raise DataError(
+            f"{train_dir}/feats.scp: not found; compute AN4's features first "
+            "(recipes/an4/run.sh --stop-stage 2)"
+        )
     with tempfile.TemporaryDirectory(prefix="asrkit-bench-data-") as tmp:
         root = Path(tmp) / "data"
         corpora = {h: list_corpus(train_dir, root / _name(h), hours=h) for h in hours}
         list_corpus(dev_dir, root / "dev", hours=0.0)
         tokenizer_dir = Path(tmp) / "tokenizer"
         train_tokenizer(read_kaldi_map(train_dir / "text"), tokenizer_dir, TokenizerConfig(kind="char"))
-        runs = {h: _train_run(Path(tmp), root, h, steps=steps, tokenizer_dir=tokenizer_dir)
-                for h in hours}
+        runs = {h: _train_run(Path(tmp), root, h, steps=steps, tokenizer_dir=tokenizer_dir) for h in hours}
         loader = _loader_rate(root / _name(hours[0]), tokenizer_dir, seconds=loader_seconds)
     base, big = runs[hours[0]], runs[hours[-1]]
     result: dict = {
@@ -83,8 +89,7 @@ def bench_data(data_dir: str | Path, *, hours: tuple[float, ...] = (10.0, 100.0)
         "data_wait_fraction": [r["data_wait_fraction"] for r in runs.values()],
         "loader_frames_per_s": loader["loader_frames_per_s"],
         "sequential_frames_per_s": loader["sequential_frames_per_s"],
-        "loader_vs_sequential": round(loader["loader_frames_per_s"]
-                                      / loader["sequential_frames_per_s"], 3),
+        "loader_vs_sequential": round(loader["loader_frames_per_s"] / loader["sequential_frames_per_s"], 3),
         "steps": steps,
         "detail": {"runs": {str(h): r for h, r in runs.items()}, "loader": loader},
     }
@@ -111,9 +116,19 @@ def _train_run(tmp: Path, root: Path, hours: float, *, steps: int, tokenizer_dir
     exp = tmp / f"exp{hours:g}h"
     shutil.copytree(tokenizer_dir, exp / "tokenizer")
     log = tmp / f"train{hours:g}h.log"
-    cmd = [sys.executable, "-m", "asrkit.bench.data_worker", str(exp), f"data_root={root}",
-           f"data.train_set={_name(hours)}", "data.dev_set=dev", "train.epochs=1",
-           f"train.max_steps={steps}", "train.progress=false", "resume=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrkit.bench.data_worker",
+        str(exp),
+        f"data_root={root}",
+        f"data.train_set={_name(hours)}",
+        "data.dev_set=dev",
+        "train.epochs=1",
+        f"train.max_steps={steps}",
+        "train.progress=false",
+        "resume=false",
+    ]
     with open(log, "w") as out:
         began = time.time()
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
@@ -125,12 +140,15 @@ def _train_run(tmp: Path, root: Path, hours: float, *, steps: int, tokenizer_dir
         tail = log.read_text().strip().splitlines()[-3:]
         raise RuntimeError(f"bench data: the {hours:g}-hour learner failed ({' | '.join(tail)})")
     summary = json.loads((exp / "train_summary.json").read_text())
-    return {"peak_rss_mb": round(usage.ru_maxrss / 1024.0, 1),
-            "peak_pss_mb": round(peak_pss.peak_kb / 1024.0, 1),
-            "first_step_s": round(summary["first_step_time"] - began, 2),
-            "data_wait_s": summary["data_wait_s"], "train_s": summary["train_s"],
-            "data_wait_fraction": round(summary["data_wait_s"] / max(summary["train_s"], 1e-9), 4),
-            "steps": summary["steps"]}
+    return {
+        "peak_rss_mb": round(usage.ru_maxrss / 1024.0, 1),
+        "peak_pss_mb": round(peak_pss.peak_kb / 1024.0, 1),
+        "first_step_s": round(summary["first_step_time"] - began, 2),
+        "data_wait_s": summary["data_wait_s"],
+        "train_s": summary["train_s"],
+        "data_wait_fraction": round(summary["data_wait_s"] / max(summary["train_s"], 1e-9), 4),
+        "steps": summary["steps"],
+    }
 
 
 class _PeakPss:
@@ -189,10 +207,8 @@ def _loader_rate(data_dir: Path, tokenizer_dir: Path, *, seconds: float) -> dict
     # For reference: the other loader kind, and the same batches read in the consumer's own
     # thread (no read-ahead, so no hand-off between workers and the consumer).
     other = "thread" if cfg.loader == "process" else "process"
-    other_rate = _read_rate(BucketBatches(source, seed=1, **{**settings, "loader": other}),
-                            seconds / 2)
-    in_consumer = _read_rate(BucketBatches(source, seed=1, **{**settings, "prefetch": 0}),
-                             seconds / 2)
+    other_rate = _read_rate(BucketBatches(source, seed=1, **{**settings, "loader": other}), seconds / 2)
+    in_consumer = _read_rate(BucketBatches(source, seed=1, **{**settings, "prefetch": 0}), seconds / 2)
     # The same arks read front to back, each matrix parsed (best of three passes).
     best = float("inf")
     seq_frames = 0
@@ -202,12 +218,18 @@ def _loader_rate(data_dir: Path, tokenizer_dir: Path, *, seconds: float) -> dict
             for _, mat in read_matrices(f"ark:{ark}"):
                 seq_frames += mat.shape[0]
         best = min(best, time.monotonic() - began)
-    return {"loader_frames_per_s": round(loader_rate),
-            f"loader_{other}_frames_per_s": round(other_rate),
-            "loader_in_consumer_thread_frames_per_s": round(in_consumer),
-            "sequential_frames_per_s": round(seq_frames / best), "sequential_frames": seq_frames,
-            "prefetch": cfg.prefetch, "loader": cfg.loader, "workers": cfg.loader_workers,
-            "max_frames": cfg.max_frames, "max_batch": cfg.max_batch}
+    return {
+        "loader_frames_per_s": round(loader_rate),
+        f"loader_{other}_frames_per_s": round(other_rate),
+        "loader_in_consumer_thread_frames_per_s": round(in_consumer),
+        "sequential_frames_per_s": round(seq_frames / best),
+        "sequential_frames": seq_frames,
+        "prefetch": cfg.prefetch,
+        "loader": cfg.loader,
+        "workers": cfg.loader_workers,
+        "max_frames": cfg.max_frames,
+        "max_batch": cfg.max_batch,
+    }
 
 
 def _read_rate(batches: BucketBatches, seconds: float) -> float:

@@ -31,22 +31,24 @@ def _setting(exp_dir: Path) -> dict[str, float]:
     return {"lm_weight": 1.0, "word_score": 0.0}
 
 
-def bench_decoding(data_dir: str | Path, *, exp_dir: str | Path = DEFAULT_EXP,
-                   threads: int = 1) -> dict:
+def bench_decoding(data_dir: str | Path, *, exp_dir: str | Path = DEFAULT_EXP, threads: int = 1) -> dict:
     """Real-time factors of the forward pass, greedy search and beam + LM search."""
     exp_dir, data_dir = Path(exp_dir), Path(data_dir)
     check_exp_dir(exp_dir)
     lexicon, lm = exp_dir / "lang" / "lexicon.txt", exp_dir / "lang" / "lm.arpa"
     if not (lexicon.is_file() and lm.is_file()):
-        raise ConfigError(f"{exp_dir}/lang: no lexicon and LM; run the recipe's stage 3 first "
-                          "(make demo does)")
+        raise ConfigError(
+            f"{exp_dir}/lang: no lexicon and LM; run the recipe's stage 3 first (make demo does)"
+        )
     torch.set_num_threads(threads)
     recognizer = Recognizer(exp_dir, max_frames=12000)
     utts = recognizer.data_dir_utterances(data_dir)
-    shift = float((data_dir / "frame_shift").read_text()) if (data_dir / "frame_shift").is_file() \
-        else 0.01
-    frames = read_kaldi_map(data_dir / "utt2num_frames") if (data_dir / "utt2num_frames").is_file() \
+    shift = float((data_dir / "frame_shift").read_text()) if (data_dir / "frame_shift").is_file() else 0.01
+    frames = (
+        read_kaldi_map(data_dir / "utt2num_frames")
+        if (data_dir / "utt2num_frames").is_file()
         else {u.utt: u.feats.shape[0] for u in utts}
+    )
     audio_s = sum(int(n) for n in frames.values()) * shift
     began = time.perf_counter()
     posteriors = recognizer.posteriors(utts)
@@ -61,11 +63,16 @@ def bench_decoding(data_dir: str | Path, *, exp_dir: str | Path = DEFAULT_EXP,
     for _, lp in posteriors:
         search(lp)
     beam_s = time.perf_counter() - began
-    return {"exp_dir": str(exp_dir), "utterances": len(utts), "audio_s": round(audio_s, 1),
-            "threads": threads, "beam": {"beam_size": 50, **setting},
-            "forward_rtf": round(forward_s / audio_s, 5),
-            "greedy_search_rtf": round(greedy_s / audio_s, 5),
-            "beam_lm_search_rtf": round(beam_s / audio_s, 5),
-            "greedy_total_rtf": round((forward_s + greedy_s) / audio_s, 5),
-            "beam_lm_total_rtf": round((forward_s + beam_s) / audio_s, 5),
-            "beam_over_greedy": round((forward_s + beam_s) / (forward_s + greedy_s), 3)}
+    return {
+        "exp_dir": str(exp_dir),
+        "utterances": len(utts),
+        "audio_s": round(audio_s, 1),
+        "threads": threads,
+        "beam": {"beam_size": 50, **setting},
+        "forward_rtf": round(forward_s / audio_s, 5),
+        "greedy_search_rtf": round(greedy_s / audio_s, 5),
+        "beam_lm_search_rtf": round(beam_s / audio_s, 5),
+        "greedy_total_rtf": round((forward_s + greedy_s) / audio_s, 5),
+        "beam_lm_total_rtf": round((forward_s + beam_s) / audio_s, 5),
+        "beam_over_greedy": round((forward_s + beam_s) / (forward_s + greedy_s), 3),
+    }

@@ -73,8 +73,7 @@ def bench_features(data_dir: str | Path, *, repeats: int = 3) -> dict:
         for utt in data.utt_ids:
             samples, _ = load_audio(data.wav_scp[utt], utt=utt)
             wave = torch.from_numpy(samples)[None]
-            out.append(kaldi.fbank(wave, num_mel_bins=cfg.num_mel_bins, dither=0.0,
-                                   energy_floor=0.0).numpy())
+            out.append(kaldi.fbank(wave, num_mel_bins=cfg.num_mel_bins, dither=0.0, energy_floor=0.0).numpy())
         return out
 
     def knf() -> list[np.ndarray]:
@@ -87,9 +86,11 @@ def bench_features(data_dir: str | Path, *, repeats: int = 3) -> dict:
         for name in ("wav.scp", "utt2spk", "spk2utt", "text"):
             (copy / name).write_bytes((Path(data_dir) / name).read_bytes())
         for _ in range(repeats):
-            for name, run in (("loop", loop), ("knf", knf if knf_extract else None),
-                              ("asrkit", lambda: compute_features_for_dir(
-                                  copy, Path(tmp) / "fbank", cfg))):
+            for name, run in (
+                ("loop", loop),
+                ("knf", knf if knf_extract else None),
+                ("asrkit", lambda: compute_features_for_dir(copy, Path(tmp) / "fbank", cfg)),
+            ):
                 if run is None:
                     continue
                 began = time.perf_counter()
@@ -98,11 +99,14 @@ def bench_features(data_dir: str | Path, *, repeats: int = 3) -> dict:
         ours = [dict(read_matrices(f"scp:{copy / 'feats.scp'}"))[u] for u in data.utt_ids]
 
     best = {name: min(values) for name, values in times.items() if values}
-    result: dict[str, object] = {"utterances": len(data.utt_ids), "audio_seconds": round(seconds, 2),
-              **{f"{name}_s": round(value, 3) for name, value in best.items()},
-              **{f"{name}_rtf": round(value / seconds, 5) for name, value in best.items()},
-              "ratio_vs_loop": round(best["asrkit"] / best["loop"], 3),
-              "loop_max_abs_diff": _max_abs(ours, loop())}
+    result: dict[str, object] = {
+        "utterances": len(data.utt_ids),
+        "audio_seconds": round(seconds, 2),
+        **{f"{name}_s": round(value, 3) for name, value in best.items()},
+        **{f"{name}_rtf": round(value / seconds, 5) for name, value in best.items()},
+        "ratio_vs_loop": round(best["asrkit"] / best["loop"], 3),
+        "loop_max_abs_diff": _max_abs(ours, loop()),
+    }
     if knf_extract is None:
         result["knf"] = "kaldi-native-fbank is not installed (pip install kaldi-native-fbank)"
         return result
@@ -113,12 +117,15 @@ def bench_features(data_dir: str | Path, *, repeats: int = 3) -> dict:
     if np.isfinite(knf_diff):
         pairs = list(zip(ours, theirs, strict=True))
         result["knf_max_rel_diff"] = max(
-            float((np.abs(a - b) / np.maximum(np.abs(b), 1.0)).max()) for a, b in pairs)
+            float((np.abs(a - b) / np.maximum(np.abs(b), 1.0)).max()) for a, b in pairs
+        )
         result["knf_mean_abs_diff"] = float(np.mean([np.abs(a - b).mean() for a, b in pairs]))
     return result
 
 
 def _max_abs(ours: list[np.ndarray], theirs: list[np.ndarray]) -> float:
     """Largest elementwise difference; a frame-count mismatch is reported as infinity."""
-    return max((float(np.abs(a - b).max()) if a.shape == b.shape else float("inf"))
-               for a, b in zip(ours, theirs, strict=True))
+    return max(
+        (float(np.abs(a - b).max()) if a.shape == b.shape else float("inf"))
+        for a, b in zip(ours, theirs, strict=True)
+    )

@@ -41,22 +41,41 @@ def plot(name: str, result: dict, out_dir: str | Path) -> Path | None:
             _bars(ax, labels, values, "aggregate samples/s", f"strategy throughput ({result['cpus']} CPUs)")
         elif name == "compute":
             sizes = [k for k in ("demo", "paper") if k in result]
-            _bars(ax, sizes, [result[k]["fraction_of_matmul"] for k in sizes],
-                  "training FLOP/s / matmul FLOP/s", f"compute efficiency on {result['device']}")
+            _bars(
+                ax,
+                sizes,
+                [result[k]["fraction_of_matmul"] for k in sizes],
+                "training FLOP/s / matmul FLOP/s",
+                f"compute efficiency on {result['device']}",
+            )
         elif name == "decoding":
             keys = ["forward_rtf", "greedy_search_rtf", "beam_lm_search_rtf"]
             _bars(ax, keys, [result[k] for k in keys], "real-time factor", "decoding on the CPU")
         elif name == "scoring":
-            _bars(ax, ["asrkit score", "sclite"], [result["asrkit_s"], result["sclite_s"]], "seconds",
-                  f"scoring {result['utterances']} utterances")
+            _bars(
+                ax,
+                ["asrkit score", "sclite"],
+                [result["asrkit_s"], result["sclite_s"]],
+                "seconds",
+                f"scoring {result['utterances']} utterances",
+            )
         elif name == "trainer":
-            _bars(ax, ["asrkit", "minimal loop"],
-                  [result["asrkit_s_per_step"], result["minimal_s_per_step"]], "seconds per step",
-                  "trainer overhead")
+            _bars(
+                ax,
+                ["asrkit", "minimal loop"],
+                [result["asrkit_s_per_step"], result["minimal_s_per_step"]],
+                "seconds per step",
+                "trainer overhead",
+            )
         elif name == "features":
             names = [n for n in ("asrkit", "knf", "loop") if f"{n}_rtf" in result]
-            _bars(ax, names, [result[f"{n}_rtf"] for n in names], "real-time factor",
-                  "fbank extraction (knf = kaldi-native-fbank)")
+            _bars(
+                ax,
+                names,
+                [result[f"{n}_rtf"] for n in names],
+                "real-time factor",
+                "fbank extraction (knf = kaldi-native-fbank)",
+            )
         else:
             return None
         fig.tight_layout()

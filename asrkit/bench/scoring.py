@@ -23,8 +23,26 @@ from asrkit.errors import ConfigError
 def synthetic_pairs(count: int, *, seed: int = 0) -> tuple[list[str], list[str]]:
     """``count`` Kaldi text lines of references and of hypotheses with ~15% errors."""
     rng = random.Random(seed)
-    vocab = [*"ABCDEFGHIJKLMNOPQRSTUVWXYZ", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN",
-             "EIGHT", "NINE", "ZERO", "ENTER", "RUBOUT", "ERASE", "GO", "YES", "NO", "STOP"]
+    vocab = [
+        *"ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+        "ONE",
+        "TWO",
+        "THREE",
+        "FOUR",
+        "FIVE",
+        "SIX",
+        "SEVEN",
+        "EIGHT",
+        "NINE",
+        "ZERO",
+        "ENTER",
+        "RUBOUT",
+        "ERASE",
+        "GO",
+        "YES",
+        "NO",
+        "STOP",
+    ]
     refs, hyps = [], []
     for k in range(count):
         utt = f"spk{k % 50:02d}-utt{k:06d}"
@@ -52,24 +70,54 @@ def bench_scoring(data_dir: str = "", *, utterances: int = 20000) -> dict:
     """
     sctk = shutil.which("sctk")
     if sctk is None:
-        raise ConfigError("sctk (NIST sclite) is not installed; `make bench` installs it "
-                          "(apt-get install sctk)")
+        raise ConfigError(
+            "sctk (NIST sclite) is not installed; `make bench` installs it (apt-get install sctk)"
+        )
     refs, hyps = synthetic_pairs(utterances)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         (tmp_path / "ref").write_text("\n".join(sorted(refs)) + "\n")
         (tmp_path / "hyp").write_text("\n".join(sorted(hyps)) + "\n")
         began = time.perf_counter()
-        ours = subprocess.run([sys.executable, "-m", "asrkit", "score", str(tmp_path / "ref"),
-                               str(tmp_path / "hyp"), "--out-dir", str(tmp_path / "scoring")],
-                              capture_output=True, text=True, check=False)
+        ours = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "asrkit",
+                "score",
+                str(tmp_path / "ref"),
+                str(tmp_path / "hyp"),
+                "--out-dir",
+                str(tmp_path / "scoring"),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         asrkit_s = time.perf_counter() - began
         if ours.returncode != 0:
             raise RuntimeError(f"asrkit score failed: {ours.stderr[-2000:]}")
         began = time.perf_counter()
-        theirs = subprocess.run([sctk, "sclite", "-r", str(tmp_path / "scoring" / "ref.trn"), "trn",
-                                 "-h", str(tmp_path / "scoring" / "hyp.trn"), "trn", "-i", "rm",
-                                 "-o", "dtl", "stdout"], capture_output=True, text=True, check=False)
+        theirs = subprocess.run(
+            [
+                sctk,
+                "sclite",
+                "-r",
+                str(tmp_path / "scoring" / "ref.trn"),
+                "trn",
+                "-h",
+                str(tmp_path / "scoring" / "hyp.trn"),
+                "trn",
+                "-i",
+                "rm",
+                "-o",
+                "dtl",
+                "stdout",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         sclite_s = time.perf_counter() - began
         if theirs.returncode != 0:
             raise RuntimeError(f"sclite failed: {theirs.stderr[-2000:]}")
@@ -77,13 +125,18 @@ def bench_scoring(data_dir: str = "", *, utterances: int = 20000) -> dict:
     if ours_counts is None:
         raise RuntimeError(f"asrkit score printed no Kaldi %WER line: {ours.stdout[-2000:]}")
     theirs_counts = _sclite_counts(theirs.stdout)
-    return {"utterances": utterances, "words": sum(len(r.split()) - 1 for r in refs),
-            "asrkit_s": round(asrkit_s, 3), "sclite_s": round(sclite_s, 3),
-            "asrkit_over_sclite": round(asrkit_s / sclite_s, 3),
-            "asrkit_errors": ours_counts["errors"], "sclite_errors": theirs_counts.get("errors"),
-            "asrkit_sub_del_ins": [ours_counts[k] for k in ("sub", "del", "ins")],
-            "sclite_sub_del_ins": [theirs_counts.get(k) for k in ("sub", "del", "ins")],
-            "agree": ours_counts == theirs_counts}
+    return {
+        "utterances": utterances,
+        "words": sum(len(r.split()) - 1 for r in refs),
+        "asrkit_s": round(asrkit_s, 3),
+        "sclite_s": round(sclite_s, 3),
+        "asrkit_over_sclite": round(asrkit_s / sclite_s, 3),
+        "asrkit_errors": ours_counts["errors"],
+        "sclite_errors": theirs_counts.get("errors"),
+        "asrkit_sub_del_ins": [ours_counts[k] for k in ("sub", "del", "ins")],
+        "sclite_sub_del_ins": [theirs_counts.get(k) for k in ("sub", "del", "ins")],
+        "agree": ours_counts == theirs_counts,
+    }
 
 
 def _kaldi_counts(text: str) -> dict[str, int] | None:
@@ -98,8 +151,12 @@ def _kaldi_counts(text: str) -> dict[str, int] | None:
 def _sclite_counts(text: str) -> dict[str, int]:
     """The same from sclite's ``dtl`` report (``Percent Substitution = ... ( S)``)."""
     counts = {}
-    for key, label in (("errors", "Total Error"), ("sub", "Substitution"), ("del", "Deletions"),
-                       ("ins", "Insertions")):
+    for key, label in (
+        ("errors", "Total Error"),
+        ("sub", "Substitution"),
+        ("del", "Deletions"),
+        ("ins", "Insertions"),
+    ):
         found = re.search(rf"Percent {label}\s*=.*\(\s*(\d+)\)", text)
         if found:
             counts[key] = int(found.group(1))

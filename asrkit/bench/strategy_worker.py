@@ -39,8 +39,13 @@ def main(argv: list[str]) -> int:
     torch.manual_seed(0)
     ctx = context_from_env(torch.device("cpu"))
     own = {"pattern": pattern} if strategy_name in WEIGHT_AVERAGING else {}
-    strategy = strategy_config(strategy_name, learners=ctx.world_size, timeout_s=300,
-                               straggler=StragglerConfig(mode=straggler, factor=2.0), **own)
+    strategy = strategy_config(
+        strategy_name,
+        learners=ctx.world_size,
+        timeout_s=300,
+        straggler=StragglerConfig(mode=straggler, factor=2.0),
+        **own,
+    )
     init_process_group(ctx, timeout_s=strategy.timeout_s)
     tokenizer = Tokenizer(tok_dir)
     normalize = CmvnNormalizer("global", global_stats=read_cmvn(data_dir / "cmvn_global.ark"))
@@ -50,15 +55,24 @@ def main(argv: list[str]) -> int:
     if held_out:
         cut = len(utts) * 3 // 4
         utts, dev = utts[:cut], utts[cut:]
-    model = build_model(ModelConfig(size="demo"), input_dim=utts[0].feats.shape[1],
-                        num_tokens=tokenizer.num_tokens)
+    model = build_model(
+        ModelConfig(size="demo"), input_dim=utts[0].feats.shape[1], num_tokens=tokenizer.num_tokens
+    )
     hooks = build_hooks(strategy, ctx, seed=0)
-    trainer = Trainer(model, utts, dev, tokenizer=tokenizer, exp_dir=out,
-                      cfg=TrainConfig(epochs=epochs, max_frames=12000, max_batch=16, progress=False,
-                                      device="cpu"),
-                      optim=OptimConfig(lr=1e-3), schedule=ScheduleConfig(warmup_steps=0),
-                      specaug=SpecAugConfig(enabled=False), meta={"model": model.args},
-                      hooks=hooks, seed=0)
+    trainer = Trainer(
+        model,
+        utts,
+        dev,
+        tokenizer=tokenizer,
+        exp_dir=out,
+        cfg=TrainConfig(epochs=epochs, max_frames=12000, max_batch=16, progress=False, device="cpu"),
+        optim=OptimConfig(lr=1e-3),
+        schedule=ScheduleConfig(warmup_steps=0),
+        specaug=SpecAugConfig(enabled=False),
+        meta={"model": model.args},
+        hooks=hooks,
+        seed=0,
+    )
     state = trainer.fit()
     hooks.write_metrics(out)
     if hooks.is_main:

@@ -34,8 +34,7 @@ from asrkit.training import (
 )
 
 
-def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12,
-                  repeats: int = 3) -> dict:
+def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12, repeats: int = 3) -> dict:
     """Seconds per training step, asrkit vs minimal loop, on ``steps`` batches of ``data_dir``.
 
     Returns:
@@ -49,19 +48,31 @@ def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12,
         normalize = CmvnNormalizer("global", global_stats=read_cmvn(data_dir / "cmvn_global.ark"))
         utts = load_utterances(data_dir, normalize, tokenizer=tokenizer)
         cfg = TrainConfig(epochs=1, max_frames=6000, max_batch=16, device="cpu", progress=True)
-        buckets = make_buckets([u.feats.shape[0] for u in utts], max_frames=cfg.max_frames,
-                               max_batch=cfg.max_batch)[:steps]
+        buckets = make_buckets(
+            [u.feats.shape[0] for u in utts], max_frames=cfg.max_frames, max_batch=cfg.max_batch
+        )[:steps]
         chosen = [utts[i] for b in buckets for i in b]
-        model = build_model(ModelConfig(size=size), input_dim=utts[0].feats.shape[1],
-                            num_tokens=tokenizer.num_tokens)
+        model = build_model(
+            ModelConfig(size=size), input_dim=utts[0].feats.shape[1], num_tokens=tokenizer.num_tokens
+        )
         initial = copy.deepcopy(model.state_dict())
         optim = OptimConfig(name="adam", lr=1e-3)
 
         # One Trainer for every pass, as in a real run: its one-time setup (optimizer,
         # TensorBoard writer) is paid in the warm-up pass, not in the timed ones.
-        trainer = Trainer(model, chosen, chosen[:1], tokenizer=tokenizer, exp_dir=tmp, cfg=cfg,
-                          optim=optim, schedule=ScheduleConfig(warmup_steps=0, anneal="none"),
-                          specaug=SpecAugConfig(enabled=False), meta={}, seed=0)
+        trainer = Trainer(
+            model,
+            chosen,
+            chosen[:1],
+            tokenizer=tokenizer,
+            exp_dir=tmp,
+            cfg=cfg,
+            optim=optim,
+            schedule=ScheduleConfig(warmup_steps=0, anneal="none"),
+            specaug=SpecAugConfig(enabled=False),
+            meta={},
+            seed=0,
+        )
         trainer.batches.shuffle = False
 
         def asrkit_pass() -> tuple[float, int]:
@@ -75,19 +86,26 @@ def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12,
             opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.98))
             model.train()
             began = time.monotonic()
-            order = make_buckets([u.feats.shape[0] for u in chosen], max_frames=cfg.max_frames,
-                                 max_batch=cfg.max_batch)
+            order = make_buckets(
+                [u.feats.shape[0] for u in chosen], max_frames=cfg.max_frames, max_batch=cfg.max_batch
+            )
             for idx in order:
                 batch = [chosen[i] for i in idx]
-                feats = nn.utils.rnn.pad_sequence([torch.from_numpy(u.feats) for u in batch],
-                                                  batch_first=True)
+                feats = nn.utils.rnn.pad_sequence(
+                    [torch.from_numpy(u.feats) for u in batch], batch_first=True
+                )
                 lengths = torch.tensor([len(u.feats) for u in batch])
                 targets = torch.cat([torch.from_numpy(u.tokens) for u in batch])
                 target_lengths = torch.tensor([len(u.tokens) for u in batch])
                 out = model(feats, lengths)
-                loss = nn.functional.ctc_loss(out["ctc"].transpose(0, 1), targets, out["lengths"],
-                                              target_lengths, reduction="sum",
-                                              zero_infinity=True) / len(batch)
+                loss = nn.functional.ctc_loss(
+                    out["ctc"].transpose(0, 1),
+                    targets,
+                    out["lengths"],
+                    target_lengths,
+                    reduction="sum",
+                    zero_infinity=True,
+                ) / len(batch)
                 opt.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad_norm)

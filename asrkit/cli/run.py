@@ -22,16 +22,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--stage", type=int, default=0, help="first stage (default 0)")
-    parser.add_argument("--stop-stage", "--stop_stage", dest="stop_stage", type=int,
-                        default=None, help="last stage, inclusive (default: the last)")
-    parser.add_argument("--config-dir", default=str(DEFAULT_CONFIG_DIR),
-                        help="Hydra config directory (default: asrkit's conf/)")
+    parser.add_argument(
+        "--stop-stage",
+        "--stop_stage",
+        dest="stop_stage",
+        type=int,
+        default=None,
+        help="last stage, inclusive (default: the last)",
+    )
+    parser.add_argument(
+        "--config-dir",
+        default=str(DEFAULT_CONFIG_DIR),
+        help="Hydra config directory (default: asrkit's conf/)",
+    )
     parser.add_argument("--config-name", default="config", help="top config file name")
-    parser.add_argument("--force", action="store_true",
-                        help="run stages again even when they finished with the same settings "
-                        "(training starts over unless resume=true)")
-    parser.add_argument("--cfg", action="store_true",
-                        help="print the resolved config and exit")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="run stages again even when they finished with the same settings "
+        "(training starts over unless resume=true)",
+    )
+    parser.add_argument("--cfg", action="store_true", help="print the resolved config and exit")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
     parser.set_defaults(func=_run)
 
@@ -41,8 +52,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.cfg:
         print(OmegaConf.to_yaml(cfg), end="")
         return 0
-    run_stages(cfg, start=args.stage, stop=args.stop_stage, command=_command_line(),
-               force=args.force)
+    run_stages(cfg, start=args.stage, stop=args.stop_stage, command=_command_line(), force=args.force)
     return 0
 
 

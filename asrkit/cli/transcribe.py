@@ -19,27 +19,41 @@ from asrkit.errors import ConfigError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "transcribe", help="transcribe audio files with a trained experiment",
+        "transcribe",
+        help="transcribe audio files with a trained experiment",
         description="Transcribe wav/flac/NIST-sphere files (any sample rate; resampled to the "
         "model's) or headerless 16-bit PCM (.raw/.pcm) with the model, feature settings, CMVN "
         "stats and tokenizer saved in EXP_DIR, and by default the search the decoding stage "
         "tuned on the dev set (beam + lexicon + LM with its LM weight and word score). Prints "
         "'path<TAB>transcript' per file, in the order given. With per-speaker CMVN, each file "
-        "is normalised as its own speaker.")
+        "is normalised as its own speaker.",
+    )
     parser.add_argument("exp_dir", help="experiment directory holding model.pt (exp/<name>)")
     parser.add_argument("audio", nargs="+", help="audio files")
     parser.add_argument("--model", default="model.pt", help="model bundle inside EXP_DIR")
-    parser.add_argument("--decode", choices=("auto", *METHODS), default="auto",
-                        help="search: greedy, beam (no LM), beam_lm (lexicon + LM); auto (default) "
-                        "= what the decoding stage ran and tuned for this experiment "
-                        "(EXP_DIR/decoding.json), greedy when it ran none")
-    parser.add_argument("--ctm", metavar="FILE",
-                        help="also write word times as a CTM file ('path 1 start duration word'), "
-                        "from the CTC alignment of each transcript")
-    parser.add_argument("--raw-rate", type=int, default=16000,
-                        help="sample rate of .raw/.pcm files (default 16000)")
-    parser.add_argument("--raw-byteorder", choices=("big", "little"), default="big",
-                        help="byte order of .raw/.pcm files (default big, as CMU's AN4)")
+    parser.add_argument(
+        "--decode",
+        choices=("auto", *METHODS),
+        default="auto",
+        help="search: greedy, beam (no LM), beam_lm (lexicon + LM); auto (default) "
+        "= what the decoding stage ran and tuned for this experiment "
+        "(EXP_DIR/decoding.json), greedy when it ran none",
+    )
+    parser.add_argument(
+        "--ctm",
+        metavar="FILE",
+        help="also write word times as a CTM file ('path 1 start duration word'), "
+        "from the CTC alignment of each transcript",
+    )
+    parser.add_argument(
+        "--raw-rate", type=int, default=16000, help="sample rate of .raw/.pcm files (default 16000)"
+    )
+    parser.add_argument(
+        "--raw-byteorder",
+        choices=("big", "little"),
+        default="big",
+        help="byte order of .raw/.pcm files (default big, as CMU's AN4)",
+    )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.set_defaults(func=_transcribe)
 
@@ -58,8 +72,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     search = recognizer.search(method)
     utts, low = [], defaultdict(list)
     for i, path in enumerate(args.audio):
-        samples, rate = load_audio_file(path, raw_rate=args.raw_rate,
-                                        raw_byteorder=args.raw_byteorder)
+        samples, rate = load_audio_file(path, raw_rate=args.raw_rate, raw_byteorder=args.raw_byteorder)
         if rate < recognizer.features.sample_rate:
             low[rate].append(path)
         feats = recognizer.audio_features(samples, rate, utt=path, where=path)
@@ -75,8 +88,10 @@ def _transcribe(args: argparse.Namespace) -> int:
         if args.ctm and text:
             times = recognizer.word_times(log_probs, text)
             if times is None:
-                print(f"asrkit: warning: {path}: too short to align its transcript; no word "
-                      "times in the CTM", file=sys.stderr)
+                print(
+                    f"asrkit: warning: {path}: too short to align its transcript; no word times in the CTM",
+                    file=sys.stderr,
+                )
                 continue
             ctm += [f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times]
     if args.ctm:
@@ -88,7 +103,9 @@ def low_rate_warning(paths: list[str], rate: int, model_rate: int) -> str:
     """The warning for audio below the model's sample rate: upsampling adds no band, so a
     model trained on wide-band speech sees speech it never saw (e.g. telephone audio)."""
     files = f"{paths[0]}" if len(paths) == 1 else f"{len(paths)} files (first: {paths[0]})"
-    return (f"asrkit: warning: {files}: audio at {rate} Hz is below the model's {model_rate} Hz; "
-            f"it is upsampled, but has nothing above {rate // 2} Hz, which this model was trained "
-            f"on, so expect many errors. For audio at this rate train a model at it: "
-            f"recipes/an4/run.sh features.sample_rate={rate} features.resample=true")
+    return (
+        f"asrkit: warning: {files}: audio at {rate} Hz is below the model's {model_rate} Hz; "
+        f"it is upsampled, but has nothing above {rate // 2} Hz, which this model was trained "
+        f"on, so expect many errors. For audio at this rate train a model at it: "
+        f"recipes/an4/run.sh features.sample_rate={rate} features.resample=true"
+    )

@@ -41,11 +41,23 @@ if TYPE_CHECKING:
 
 # Imported on first use, so that a module needing only the text files (scoring) does not
 # pay for numpy and the audio libraries.
-_HOME = {"load_audio": "audio", "atomic_write": "io", "atomic_writer": "io",
-         **dict.fromkeys(("DataDir", "read_data_dir", "read_kaldi_map", "validate_data_dir",
-                          "write_data_dir", "write_kaldi_map"), "datadir"),
-         **dict.fromkeys(("read_matrices", "read_matrix", "read_vector", "read_vectors"),
-                         "kaldi_table")}
+_HOME = {
+    "load_audio": "audio",
+    "atomic_write": "io",
+    "atomic_writer": "io",
+    **dict.fromkeys(
+        (
+            "DataDir",
+            "read_data_dir",
+            "read_kaldi_map",
+            "validate_data_dir",
+            "write_data_dir",
+            "write_kaldi_map",
+        ),
+        "datadir",
+    ),
+    **dict.fromkeys(("read_matrices", "read_matrix", "read_vector", "read_vectors"), "kaldi_table"),
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -48,8 +48,7 @@ def load_audio(entry: str, *, utt: str = "?") -> tuple[np.ndarray, int]:
         path = Path(entry)
         if not path.is_file():
             raise DataError(
-                f"utterance '{utt}': audio file {path} not found; fix its wav.scp entry or "
-                "restore the file"
+                f"utterance '{utt}': audio file {path} not found; fix its wav.scp entry or restore the file"
             )
         source = str(path)
         where = str(path)
@@ -76,8 +75,9 @@ def load_audio(entry: str, *, utt: str = "?") -> tuple[np.ndarray, int]:
 RAW_SUFFIXES = (".raw", ".pcm")
 
 
-def load_audio_file(path: str | Path, *, raw_rate: int = 16000,
-                    raw_byteorder: str = "big") -> tuple[np.ndarray, int]:
+def load_audio_file(
+    path: str | Path, *, raw_rate: int = 16000, raw_byteorder: str = "big"
+) -> tuple[np.ndarray, int]:
     """Read one audio file: wav/flac/NIST sphere via soundfile, or headerless PCM.
 
     Args:
@@ -98,7 +98,8 @@ def load_audio_file(path: str | Path, *, raw_rate: int = 16000,
         return load_audio(str(path), utt=path.name)
     data = path.read_bytes()
     if len(data) < 2 or len(data) % 2:
-        raise DataError(f"{path}: {len(data)} bytes is not whole 16-bit samples; the file is "
-                        "truncated or not 16-bit PCM")
+        raise DataError(
+            f"{path}: {len(data)} bytes is not whole 16-bit samples; the file is truncated or not 16-bit PCM"
+        )
     dtype = ">i2" if raw_byteorder == "big" else "<i2"
     return np.frombuffer(data, dtype=dtype).astype(np.float32), raw_rate

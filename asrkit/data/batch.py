@@ -72,32 +72,42 @@ class Batch:
         def move(t: torch.Tensor) -> torch.Tensor:
             return t.to(device, non_blocking=non_blocking)
 
-        return Batch(self.utts, move(self.feats), move(self.lengths), move(self.targets),
-                     move(self.target_lengths), self.norm,
-                     None if self.frame_targets is None else move(self.frame_targets),
-                     self.global_utts)
+        return Batch(
+            self.utts,
+            move(self.feats),
+            move(self.lengths),
+            move(self.targets),
+            move(self.target_lengths),
+            self.norm,
+            None if self.frame_targets is None else move(self.frame_targets),
+            self.global_utts,
+        )
 
     def pin_memory(self) -> Batch:
         """The batch in page-locked memory (so a CUDA copy can overlap computation)."""
-        return Batch(self.utts, self.feats.pin_memory(), self.lengths.pin_memory(),
-                     self.targets.pin_memory(), self.target_lengths.pin_memory(), self.norm,
-                     None if self.frame_targets is None else self.frame_targets.pin_memory(),
-                     self.global_utts)
+        return Batch(
+            self.utts,
+            self.feats.pin_memory(),
+            self.lengths.pin_memory(),
+            self.targets.pin_memory(),
+            self.target_lengths.pin_memory(),
+            self.norm,
+            None if self.frame_targets is None else self.frame_targets.pin_memory(),
+            self.global_utts,
+        )
 
 
 class CmvnNormalizer:
     """Applies ``global`` (one stats matrix), ``speaker`` (a data dir's ``cmvn.scp``)
     or ``none`` normalisation to an utterance's features."""
 
-    def __init__(self, mode: str, *, global_stats: np.ndarray | None = None,
-                 norm_vars: bool = True) -> None:
+    def __init__(self, mode: str, *, global_stats: np.ndarray | None = None, norm_vars: bool = True) -> None:
         if mode not in ("global", "speaker", "none"):
             raise ConfigError(f"features.cmvn={mode!r} is unknown; choose global, speaker or none")
         if mode == "global" and global_stats is None:
             raise ConfigError("global CMVN needs the training set's cmvn_global.ark")
         self.mode, self.global_stats, self.norm_vars = mode, global_stats, norm_vars
-        self._global = None if global_stats is None else \
-            cmvn_transform(global_stats, norm_vars=norm_vars)
+        self._global = None if global_stats is None else cmvn_transform(global_stats, norm_vars=norm_vars)
 
     def global_transform(self) -> tuple[np.ndarray, np.ndarray]:
         """The ``(scale, offset)`` of ``global`` normalisation (``feats * scale + offset``)."""
@@ -105,8 +115,9 @@ class CmvnNormalizer:
             raise ConfigError(f"features.cmvn={self.mode!r} has no global transform")
         return self._global
 
-    def __call__(self, feats: np.ndarray, speaker_stats: np.ndarray | None = None, *,
-                 out: np.ndarray | None = None) -> np.ndarray:
+    def __call__(
+        self, feats: np.ndarray, speaker_stats: np.ndarray | None = None, *, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """``feats`` ``(T, D)`` normalised, as float32 (written into ``out`` when given)."""
         if self.mode == "none":
             if out is None:
@@ -134,13 +145,22 @@ def collate(utts: Sequence[Utterance]) -> Batch:
     feats = np.zeros((len(utts), int(lengths.max()), utts[0].feats.shape[1]), dtype=np.float32)
     for i, u in enumerate(utts):
         feats[i, : u.feats.shape[0]] = u.feats
-    return batch_around([u.utt for u in utts], torch.from_numpy(feats), lengths,
-                        [u.tokens for u in utts], [u.ali for u in utts])
+    return batch_around(
+        [u.utt for u in utts],
+        torch.from_numpy(feats),
+        lengths,
+        [u.tokens for u in utts],
+        [u.ali for u in utts],
+    )
 
 
-def batch_around(utts: list[str], feats: torch.Tensor, lengths: np.ndarray,
-                 tokens: Sequence[np.ndarray] | None,
-                 alis: Sequence[np.ndarray | None] | None) -> Batch:
+def batch_around(
+    utts: list[str],
+    feats: torch.Tensor,
+    lengths: np.ndarray,
+    tokens: Sequence[np.ndarray] | None,
+    alis: Sequence[np.ndarray | None] | None,
+) -> Batch:
     """A :class:`Batch` around padded ``feats``: ids, lengths, concatenated token targets
     (none when ``tokens`` is None) and -1-padded frame targets (when every utterance has
     them). numpy only, then ``torch.from_numpy``: this may run in a reading thread."""
@@ -156,13 +176,19 @@ def batch_around(utts: list[str], feats: torch.Tensor, lengths: np.ndarray,
         for k, a in enumerate(labels):
             padded[k, : a.size] = a
         frame_targets = torch.from_numpy(padded)
-    return Batch(utts, feats, torch.from_numpy(lengths.astype(np.int64)),
-                 torch.from_numpy(targets), torch.from_numpy(target_lengths),
-                 frame_targets=frame_targets)
+    return Batch(
+        utts,
+        feats,
+        torch.from_numpy(lengths.astype(np.int64)),
+        torch.from_numpy(targets),
+        torch.from_numpy(target_lengths),
+        frame_targets=frame_targets,
+    )
 
 
-def make_buckets(lengths: Sequence[int], *, max_frames: int, max_batch: int,
-                 min_batch: int = 1) -> list[list[int]]:
+def make_buckets(
+    lengths: Sequence[int], *, max_frames: int, max_batch: int, min_batch: int = 1
+) -> list[list[int]]:
     """Group indices into batches of similar length.
 
     Indices are sorted by length (longest first) and cut greedily so that
@@ -171,18 +197,24 @@ def make_buckets(lengths: Sequence[int], *, max_frames: int, max_batch: int,
     an utterance longer than ``max_frames`` gets a batch of its own when ``min_batch`` is 1.
     The last batch may be short; with ``min_batch`` > 1 it is merged into the one before.
     """
-    return [b.tolist() for b in plan_buckets(np.asarray(lengths, dtype=np.int64),
-                                             max_frames=max_frames, max_batch=max_batch,
-                                             min_batch=min_batch)]
+    return [
+        b.tolist()
+        for b in plan_buckets(
+            np.asarray(lengths, dtype=np.int64),
+            max_frames=max_frames,
+            max_batch=max_batch,
+            min_batch=min_batch,
+        )
+    ]
 
 
-def plan_buckets(lengths: np.ndarray, *, max_frames: int, max_batch: int,
-                 min_batch: int = 1) -> list[np.ndarray]:
+def plan_buckets(
+    lengths: np.ndarray, *, max_frames: int, max_batch: int, min_batch: int = 1
+) -> list[np.ndarray]:
     """:func:`make_buckets` on an array of lengths, each batch an index array (a corpus of
     millions of utterances is planned without a Python object per utterance)."""
     if max_frames < 1 or max_batch < 1:
-        raise ConfigError(f"train.max_frames={max_frames} and train.max_batch={max_batch} must "
-                          "be positive")
+        raise ConfigError(f"train.max_frames={max_frames} and train.max_batch={max_batch} must be positive")
     order = np.argsort(-lengths, kind="stable")  # longest first, ties in index order
     ordered = lengths[order].tolist()
     cap = max(max_batch, min_batch)

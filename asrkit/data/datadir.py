@@ -46,8 +46,9 @@ def read_kaldi_map(
             duplicate or unsorted key; the message names the file, the line number and the key.
     """
     entries: dict[str, str] = {}
-    for lineno, key, value in iter_kaldi_map(path, allow_empty_value=allow_empty_value,
-                                             check_sorted=check_sorted):
+    for lineno, key, value in iter_kaldi_map(
+        path, allow_empty_value=allow_empty_value, check_sorted=check_sorted
+    ):
         if key in entries:
             raise DataError(
                 f"{path}:{lineno}: duplicate id '{key}' (first seen earlier in the file); "
@@ -65,8 +66,9 @@ def iter_kaldi_map(
     without ``check_sorted``, duplicate keys are the caller's to find."""
     path = Path(path)
     if not path.exists() or path.is_dir():
-        raise DataError(f"{path}: file not found; check the path (for a data dir, run the "
-                        "stage that creates it)")
+        raise DataError(
+            f"{path}: file not found; check the path (for a data dir, run the stage that creates it)"
+        )
     previous = None
     with open(path, encoding="utf-8") as handle:
         for lineno, line in _utf8_lines(handle, path):
@@ -78,8 +80,7 @@ def iter_kaldi_map(
             value = value.strip()
             if not value and not allow_empty_value:
                 raise DataError(
-                    f"{path}:{lineno}: utterance/key '{key}' has no value; "
-                    "give it one or remove the line"
+                    f"{path}:{lineno}: utterance/key '{key}' has no value; give it one or remove the line"
                 )
             if check_sorted and previous is not None and key <= previous:
                 if key == previous:
@@ -259,11 +260,11 @@ def _check_consistency(data: DataDir, *, where: str) -> None:
         only_spk = sorted(reference - ids)
         parts = []
         if only_spk:
-            parts.append(f"{len(only_spk)} utterance(s) in utt2spk but not in {name}, "
-                         f"first '{only_spk[0]}'")
+            parts.append(f"{len(only_spk)} utterance(s) in utt2spk but not in {name}, first '{only_spk[0]}'")
         if only_here:
-            parts.append(f"{len(only_here)} utterance(s) in {name} but not in utt2spk, "
-                         f"first '{only_here[0]}'")
+            parts.append(
+                f"{len(only_here)} utterance(s) in {name} but not in utt2spk, first '{only_here[0]}'"
+            )
         raise DataError(
             f"{where}/{name}: utterance ids differ from utt2spk: {'; '.join(parts)}; "
             "make the files list the same utterances (Kaldi's fix_data_dir.sh does this)"
@@ -279,8 +280,9 @@ def _check_consistency(data: DataDir, *, where: str) -> None:
                     "order; prefix utterance ids with their speaker id (e.g. "
                     f"'{spk}-{utt}')"
                 )
-        raise DataError(f"{where}/utt2spk: not sorted by speaker; prefix utterance ids with "
-                        "their speaker ids")
+        raise DataError(
+            f"{where}/utt2spk: not sorted by speaker; prefix utterance ids with their speaker ids"
+        )
 
 
 def _check_spk2utt(path: Path, data: DataDir) -> None:

@@ -41,16 +41,16 @@ def download_corpus(url: str, dest: str | Path) -> Path:
             with tarfile.open(archive) as tar:
                 tar.extractall(Path(tmp) / "unpacked", filter="data")
         except (tarfile.TarError, OSError) as err:
-            raise DataError(f"{url}: not a readable tar archive ({err}); download it again") \
-                from None
+            raise DataError(f"{url}: not a readable tar archive ({err}); download it again") from None
         tops = list((Path(tmp) / "unpacked").iterdir())
         if len(tops) != 1 or not tops[0].is_dir():
-            raise DataError(f"{url}: expected one top folder in the archive, found "
-                            f"{[p.name for p in tops]}")
+            raise DataError(f"{url}: expected one top folder in the archive, found {[p.name for p in tops]}")
         if dest.exists():
             if any(dest.iterdir()):
-                raise DataError(f"{dest}: exists and is not empty but holds no corpus; "
-                                "empty it or point data.corpus_dir elsewhere")
+                raise DataError(
+                    f"{dest}: exists and is not empty but holds no corpus; "
+                    "empty it or point data.corpus_dir elsewhere"
+                )
             dest.rmdir()
         tops[0].rename(dest)
     return dest

@@ -20,8 +20,9 @@ with contextlib.redirect_stderr(io.StringIO()):
     import kaldi_io  # noqa: E402
 
 
-def write_ark(path: str | Path, items: Iterable[tuple[str, np.ndarray]], *,
-              kind: str = "mat") -> dict[str, str]:
+def write_ark(
+    path: str | Path, items: Iterable[tuple[str, np.ndarray]], *, kind: str = "mat"
+) -> dict[str, str]:
     """Write ``(key, array)`` items as a binary Kaldi archive, atomically.
 
     Args:
@@ -34,9 +35,10 @@ def write_ark(path: str | Path, items: Iterable[tuple[str, np.ndarray]], *,
         The scp entries, ``key -> "<absolute ark path>:<offset>"``.
     """
     path = Path(path)
-    write = {"mat": kaldi_io.write_mat,
-             "int": lambda f, v, key: kaldi_io.write_vec_int(f, np.asarray(v, dtype=np.int32),
-                                                             key=key)}[kind]
+    write = {
+        "mat": kaldi_io.write_mat,
+        "int": lambda f, v, key: kaldi_io.write_vec_int(f, np.asarray(v, dtype=np.int32), key=key),
+    }[kind]
     scp: dict[str, str] = {}
     with atomic_writer(path, "wb") as ark:
         for key, value in items:

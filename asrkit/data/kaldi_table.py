@@ -127,8 +127,7 @@ def read_matrices(rspecifier: str) -> Iterator[tuple[str, np.ndarray]]:
     return _read_objects(rspecifier, "matrix", TableReader.matrix)
 
 
-def read_matrix_at(handle: IO[bytes], offset: int, *, where: str, utt: str | None = None
-                   ) -> np.ndarray:
+def read_matrix_at(handle: IO[bytes], offset: int, *, where: str, utt: str | None = None) -> np.ndarray:
     """The matrix at byte ``offset`` of an open archive (an scp entry's ``file.ark:offset``).
 
     The streaming data path keeps one handle per archive and reads entries in any order
@@ -139,13 +138,19 @@ def read_matrix_at(handle: IO[bytes], offset: int, *, where: str, utt: str | Non
             ``where`` (and ``utt`` when given).
     """
     handle.seek(offset)
-    return _read_at(handle, where, utt, TableReader.matrix, empty="nothing at this offset",
-                    fix="the scp is stale or the archive was cut short; regenerate both (rerun "
-                    "the feature stage)")
+    return _read_at(
+        handle,
+        where,
+        utt,
+        TableReader.matrix,
+        empty="nothing at this offset",
+        fix="the scp is stale or the archive was cut short; regenerate both (rerun the feature stage)",
+    )
 
 
-def read_float_matrix_at(handle: IO[bytes], offset: int, *, rows: int, cols: int,
-                         out: np.ndarray | None = None) -> np.ndarray | None:
+def read_float_matrix_at(
+    handle: IO[bytes], offset: int, *, rows: int, cols: int, out: np.ndarray | None = None
+) -> np.ndarray | None:
     """The binary ``FM`` matrix of ``rows x cols`` at ``offset`` in one header read and one
     data read, as float32 (read straight into ``out``, a C-contiguous float32 array of that
     shape, when given); None when the entry is anything else (another kind, another shape,
@@ -194,8 +199,9 @@ def parse_rspecifier(source: str, *, what: str) -> tuple[str, str]:
     return ("scp" if source.endswith(".scp") else "ark"), source.strip()
 
 
-def read_table(kind: str, target: str, *, where: str, value: Value[_T]
-               ) -> Generator[tuple[str, _T, str], None, None]:
+def read_table(
+    kind: str, target: str, *, where: str, value: Value[_T]
+) -> Generator[tuple[str, _T, str], None, None]:
     """Every ``(key, value, where)`` of an archive (``kind="ark"``) or an scp, in order.
 
     Args:
@@ -228,8 +234,10 @@ def _read_scp(rx: str, *, where: str, value: Value[_T]) -> Generator[tuple[str, 
     try:
         lines = data.decode("utf-8").splitlines()
     except UnicodeDecodeError:
-        raise DataError(f"{where}: not a text scp file (undecodable bytes); pass scp: only for "
-                        "'utt file:offset' lists, ark: for archives") from None
+        raise DataError(
+            f"{where}: not a text scp file (undecodable bytes); pass scp: only for "
+            "'utt file:offset' lists, ark: for archives"
+        ) from None
     with _SeekCache() as files:
         for lineno, line in enumerate(lines, start=1):
             if not line.strip():
@@ -238,13 +246,19 @@ def _read_scp(rx: str, *, where: str, value: Value[_T]) -> Generator[tuple[str, 
             entry = rest[0].strip() if rest else ""
             entry_where = f"{rx}:{lineno}"
             if not entry:
-                raise DataError(f"{entry_where}: utterance '{key}' has no file; each line must be "
-                                "'utt file.ark:offset'")
+                raise DataError(
+                    f"{entry_where}: utterance '{key}' has no file; each line must be 'utt file.ark:offset'"
+                )
             entry, ranges = _split_range(entry)
             with files.open(entry, where=f"{entry_where} ({entry})") as handle:
-                item = _read_at(handle, f"{entry_where} ({entry})", key, value,
-                                empty="nothing at this offset",
-                                fix="the scp is stale; regenerate it with the archive")
+                item = _read_at(
+                    handle,
+                    f"{entry_where} ({entry})",
+                    key,
+                    value,
+                    empty="nothing at this offset",
+                    fix="the scp is stale; regenerate it with the archive",
+                )
             if ranges is not None:
                 item = _apply_range(item, ranges, key=key, where=entry_where)
             yield key, item, entry_where
@@ -265,16 +279,17 @@ def _read_object(rx: str, value: Value[_T]) -> _T:
     if not rx:
         raise DataError("empty rxfilename; give a file, file.ark:offset or a 'cmd |'")
     if is_rspecifier(rx):
-        raise DataError(f"{rx}: is a table (rspecifier), not one object; drop the "
-                        f"'{rx.split(':', 1)[0]}:' prefix or read every entry of the table")
+        raise DataError(
+            f"{rx}: is a table (rspecifier), not one object; drop the "
+            f"'{rx.split(':', 1)[0]}:' prefix or read every entry of the table"
+        )
     entry, ranges = _split_range(rx)
     with _open_input(entry, where=rx) as stream:
         item = _read_at(stream, rx, None, value, empty="empty: nothing to read", fix=_REWRITE)
     return item if ranges is None else _apply_range(item, ranges, key=None, where=rx)
 
 
-def _read_at(stream: IO[bytes], where: str, key: str | None, value: Value[_T], *, empty: str,
-             fix: str) -> _T:
+def _read_at(stream: IO[bytes], where: str, key: str | None, value: Value[_T], *, empty: str, fix: str) -> _T:
     reader = TableReader(stream, where)
     with reader.low_level_errors():
         first = stream.read(1)
@@ -300,27 +315,28 @@ def _apply_range(item: _T, ranges: re.Match[str], *, key: str | None, where: str
     elif isinstance(item, np.ndarray) and item.ndim == 2:
         rows = item.shape[0]
     else:
-        raise DataError(f"{where}: {at}has a row range, which only matrices can have; "
-                        "remove the [..] suffix")
+        raise DataError(f"{where}: {at}has a row range, which only matrices can have; remove the [..] suffix")
     first, last = _bounds(ranges.group(2), ranges.group(3), rows, "rows", at=at, where=where)
     if isinstance(item, int):
         return last - first + 1  # type: ignore[return-value]
     assert isinstance(item, np.ndarray)
-    selected = item[first:last + 1]
+    selected = item[first : last + 1]
     if ranges.group(4) is not None:
-        col_first, col_last = _bounds(ranges.group(4), ranges.group(5), item.shape[1], "columns",
-                                      at=at, where=where)
-        selected = selected[:, col_first:col_last + 1]
+        col_first, col_last = _bounds(
+            ranges.group(4), ranges.group(5), item.shape[1], "columns", at=at, where=where
+        )
+        selected = selected[:, col_first : col_last + 1]
     return selected.copy()  # type: ignore[return-value]
 
 
-def _bounds(first_text: str, last_text: str, size: int, what: str, *, at: str, where: str
-            ) -> tuple[int, int]:
+def _bounds(first_text: str, last_text: str, size: int, what: str, *, at: str, where: str) -> tuple[int, int]:
     first = int(first_text or 0)
     last = int(last_text) if last_text else size - 1
     if not 0 <= first <= last < size:
-        raise DataError(f"{where}: {at}asks for {what} {first}..{last} of a {size}-{what[:-1]} "
-                        "matrix; fix the range (Kaldi ranges are inclusive)")
+        raise DataError(
+            f"{where}: {at}asks for {what} {first}..{last} of a {size}-{what[:-1]} "
+            "matrix; fix the range (Kaldi ranges are inclusive)"
+        )
     return first, last
 
 
@@ -362,8 +378,9 @@ def _open_file(path: str, *, where: str) -> io.BufferedReader:
     try:
         return open(path, "rb")  # the caller closes it
     except FileNotFoundError:
-        raise DataError(f"{prefix}{path}: file not found; check the path (did the job that writes it "
-                        "run?)") from None
+        raise DataError(
+            f"{prefix}{path}: file not found; check the path (did the job that writes it run?)"
+        ) from None
     except IsADirectoryError:
         raise DataError(f"{prefix}{path}: is a directory, expected a file") from None
     except OSError as err:
@@ -373,8 +390,10 @@ def _open_file(path: str, *, where: str) -> io.BufferedReader:
 def _seek(handle: io.BufferedReader, offset: int, *, path: str, where: str) -> None:
     size = os.fstat(handle.fileno()).st_size
     if offset >= size:
-        raise DataError(f"{where}: offset {offset} is past the end of {path} ({size} bytes); the scp "
-                        "is stale — regenerate it together with the archive")
+        raise DataError(
+            f"{where}: offset {offset} is past the end of {path} ({size} bytes); the scp "
+            "is stale — regenerate it together with the archive"
+        )
     handle.seek(offset)
 
 
@@ -402,8 +421,7 @@ def _open_pipe(command: str, *, where: str) -> Iterator[IO[bytes]]:
         except BaseException as exc:
             proc.stdout.close()
             status = _finish(proc)
-            if (not isinstance(exc, GeneratorExit) and status > 0
-                    and status != 128 + signal.SIGPIPE):
+            if not isinstance(exc, GeneratorExit) and status > 0 and status != 128 + signal.SIGPIPE:
                 raise _command_failed(command, status, stderr, where=where) from None
             raise
         proc.stdout.close()
@@ -423,12 +441,13 @@ def _finish(proc: subprocess.Popen) -> int:
 
 def _command_failed(command: str, status: int, stderr: IO[bytes], *, where: str) -> DataError:
     stderr.seek(0)
-    said = [line.strip() for line in stderr.read().decode("utf-8", "replace").splitlines()
-            if line.strip()]
+    said = [line.strip() for line in stderr.read().decode("utf-8", "replace").splitlines() if line.strip()]
     how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
     quote = f" ({said[-1][:300]})" if said else ""
-    return DataError(f"{where}: the command `{command}` {how}{quote}; run it in a shell to see why, "
-                     "then fix the path or the command")
+    return DataError(
+        f"{where}: the command `{command}` {how}{quote}; run it in a shell to see why, "
+        "then fix the path or the command"
+    )
 
 
 class _SeekCache:
@@ -528,8 +547,9 @@ class TableReader:
         while left:
             chunk = stream.read(min(left, 1 << 20))
             if not chunk:
-                raise self.fail(f"truncated: the matrix needs {size} bytes of data, "
-                                f"{size - left} left", utt=utt)
+                raise self.fail(
+                    f"truncated: the matrix needs {size} bytes of data, {size - left} left", utt=utt
+                )
             left -= len(chunk)
 
     def key(self) -> tuple[str, bytes] | None:
@@ -545,14 +565,17 @@ class TableReader:
         while char and char not in b" \t\n":
             key += char
             if len(key) > _LONGEST_KEY:
-                raise self.fail(f"no utterance id in the first {_LONGEST_KEY} bytes — not a Kaldi "
-                                "archive (a compressed or foreign file?)")
+                raise self.fail(
+                    f"no utterance id in the first {_LONGEST_KEY} bytes — not a Kaldi "
+                    "archive (a compressed or foreign file?)"
+                )
             char = self.stream.read(1)
         try:
             utt = key.decode("utf-8")
         except UnicodeDecodeError:
-            raise self.fail("an utterance id is not text — not a Kaldi archive (a compressed or "
-                            "foreign file?)") from None
+            raise self.fail(
+                "an utterance id is not text — not a Kaldi archive (a compressed or foreign file?)"
+            ) from None
         if not char:
             raise self.fail("truncated: the archive ends right after the id", utt=utt)
         return utt, char
@@ -608,8 +631,11 @@ class TableReader:
         token = self.token(utt=utt)
         if token not in _FLOAT_VECTOR:
             shown = f"a {token!r}" if token.isprintable() else "an unknown"
-            raise self.fail(f"holds {shown} binary object, not a float vector", utt=utt,
-                            fix="pass a table of vectors (FV/DV)")
+            raise self.fail(
+                f"holds {shown} binary object, not a float vector",
+                utt=utt,
+                fix="pass a table of vectors (FV/DV)",
+            )
         head = self.exact(5, utt=utt, what="the vector size")
         if head[0] != 4:
             raise self.fail("bad vector size header", utt=utt)
@@ -623,8 +649,9 @@ class TableReader:
     def _binary_matrix_header(self, utt: str | None) -> _MatrixHeader:
         token = self.token(utt=utt)
         if token.startswith("\4"):
-            raise self.fail("holds an int32 vector (an alignment?), not a feature matrix", utt=utt,
-                            fix=_FEATURES)
+            raise self.fail(
+                "holds an int32 vector (an alignment?), not a feature matrix", utt=utt, fix=_FEATURES
+            )
         if token in _FLOAT_MATRIX:
             head = self.exact(10, utt=utt, what="the matrix size")
             if head[0] != 4 or head[5] != 4:
@@ -652,11 +679,15 @@ class TableReader:
         while first in (b" ", b"\t"):
             first = self.stream.read(1)
         if first != b"[":
-            fix = ((_FEATURES if what == "matrix" else "pass a table of vectors") if utt else
-                   "give one object: a file holding it, or an archive entry as file.ark:offset "
-                   "(see the archive's scp)")
-            raise self.fail(f"expected a {what} ('\\0B' binary or '[' text), found {first!r}",
-                            utt=utt, fix=fix)
+            fix = (
+                (_FEATURES if what == "matrix" else "pass a table of vectors")
+                if utt
+                else "give one object: a file holding it, or an archive entry as file.ark:offset "
+                "(see the archive's scp)"
+            )
+            raise self.fail(
+                f"expected a {what} ('\\0B' binary or '[' text), found {first!r}", utt=utt, fix=fix
+            )
         rows: list[np.ndarray] = []
         line = self.stream.readline()
         while True:
@@ -668,8 +699,11 @@ class TableReader:
                 except ValueError:
                     raise self.fail(f"text {what} row {len(rows) + 1} is not numeric", utt=utt) from None
                 if rows and len(row) != len(rows[0]):
-                    raise self.fail(f"text {what} row {len(rows) + 1} has {len(row)} values, the "
-                                    f"first has {len(rows[0])}", utt=utt)
+                    raise self.fail(
+                        f"text {what} row {len(rows) + 1} has {len(row)} values, the "
+                        f"first has {len(rows[0])}",
+                        utt=utt,
+                    )
                 rows.append(row)
             if closed:
                 return np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float64)
@@ -707,7 +741,7 @@ def _decompress(head: _MatrixHeader, data: bytes) -> np.ndarray:
     headers = np.frombuffer(data, dtype="<u2", count=4 * cols).reshape(cols, 4)
     percentile_step = np.float32(span) * np.float32(1.52590218966964e-05)  # range / 65535
     percentiles = np.float32(low) + percentile_step * headers.astype(np.float32)
-    lower = percentiles[:, _SEGMENT]          # (cols, 256): each code's segment start value
+    lower = percentiles[:, _SEGMENT]  # (cols, 256): each code's segment start value
     upper = percentiles[:, _SEGMENT + 1]
     steps = (upper - lower) * (_CODES - _SEGMENT_START).astype(np.float32)
     table = (lower.astype(np.float64) + steps.astype(np.float64) * _SEGMENT_STEP).astype(np.float32)

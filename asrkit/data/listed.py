@@ -70,8 +70,12 @@ def list_corpus(source: str | Path, target: str | Path, *, hours: float) -> dict
     for name in _COPIED:
         if (source / name).is_file():
             shutil.copyfile(source / name, target / name)
-    return {"copies": copies, "utterances": copies * len(frames), "frames": copies * total,
-            "hours": round(copies * total * shift / 3600.0, 2)}
+    return {
+        "copies": copies,
+        "utterances": copies * len(frames),
+        "frames": copies * total,
+        "hours": round(copies * total * shift / 3600.0, 2),
+    }
 
 
 def _write_copies(path: Path, entries: dict[str, str], copies: int, *, speaker: bool) -> None:

@@ -44,6 +44,7 @@ from asrkit.errors import UserError
 
 _T = TypeVar("_T")
 
+
 def can_fork() -> bool:
     """Whether worker processes can be forked here (Linux; elsewhere threads read)."""
     return sys.platform.startswith("linux") and hasattr(os, "fork")
@@ -69,14 +70,21 @@ class Prefetcher(Generic[_T]):
     Use it as a context manager (or call :meth:`close`): leaving early stops the threads.
     """
 
-    def __init__(self, plan: Iterator[Any], make: Callable[[Any, Any], _T], source: Any, *,
-                 depth: int = 4, threads: int = 1) -> None:
+    def __init__(
+        self,
+        plan: Iterator[Any],
+        make: Callable[[Any, Any], _T],
+        source: Any,
+        *,
+        depth: int = 4,
+        threads: int = 1,
+    ) -> None:
         self.plan, self.make, self.source = plan, make, source
         self.depth, self.threads = max(0, depth), max(1, threads)
         self._cond = threading.Condition()
         self._ready: dict[int, object] = {}
-        self._taken = 0        # items taken from the plan
-        self._delivered = 0    # batches handed to the consumer
+        self._taken = 0  # items taken from the plan
+        self._delivered = 0  # batches handed to the consumer
         self._end: int | None = None  # the plan's length once it ran out
         self._stop = False
         self._workers: list[threading.Thread] = []
@@ -141,8 +149,9 @@ class Prefetcher(Generic[_T]):
         try:
             while True:
                 with self._cond:
-                    while not self._stop and self._end is None and \
-                            self._taken >= self._delivered + self.depth:
+                    while (
+                        not self._stop and self._end is None and self._taken >= self._delivered + self.depth
+                    ):
                         self._cond.wait()
                     if self._stop or self._end is not None:
                         return
@@ -239,13 +248,13 @@ class ReaderPool:
         self.workers, self.slots = max(1, workers), max(depth, workers, 1)
         self.slot_floats = 0
         self._procs: list[Any] = []
-        self._commands: list[Any] = []   # the consumer's ends, one pipe per worker
-        self._replies: list[Any] = []    # ("error", run, error, trace) and ("done", run)
+        self._commands: list[Any] = []  # the consumer's ends, one pipe per worker
+        self._replies: list[Any] = []  # ("error", run, error, trace) and ("done", run)
         self._ring: mmap.mmap | None = None
         self._header: np.ndarray | None = None
         self._data: np.ndarray | None = None
-        self._free: list[Any] = []       # per worker: slots it may fill
-        self._filled: list[Any] = []     # per slot: posted when its batch is in
+        self._free: list[Any] = []  # per worker: slots it may fill
+        self._filled: list[Any] = []  # per slot: posted when its batch is in
         self._run = 0
         self._pending = False  # a run whose workers have not all reported "done"
         self._running = False  # the consumer has not reached the end of the current run
@@ -276,8 +285,12 @@ class ReaderPool:
         for w in range(self.workers):
             commands, their_commands = ctx.Pipe(duplex=False)
             their_replies, replies = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_serve, name=f"asrkit-reader-{w}", daemon=True,
-                               args=(self, w, commands, replies, parent))
+            proc = ctx.Process(
+                target=_serve,
+                name=f"asrkit-reader-{w}",
+                daemon=True,
+                args=(self, w, commands, replies, parent),
+            )
             proc.start()
             commands.close()
             replies.close()
@@ -314,12 +327,14 @@ class ReaderPool:
             self._await(j, slot, shape, int(idx[0]))
             feats = torch.empty(shape, dtype=torch.float32, pin_memory=planner.pin_memory)
             at = slot * self.slot_floats
-            feats.numpy()[...] = self._data[at:at + feats.numel()].reshape(shape)
+            feats.numpy()[...] = self._data[at : at + feats.numel()].reshape(shape)
             self._free[(j + self.slots) % self.workers].release()  # for batch j + slots
             yield planner.finish(planner.source.assemble(idx, feats), item)
             if self._run != run:
-                raise RuntimeError("a reader pool reads one epoch at a time: another epoch of "
-                                   "the same batches was started while this one was unfinished")
+                raise RuntimeError(
+                    "a reader pool reads one epoch at a time: another epoch of "
+                    "the same batches was started while this one was unfinished"
+                )
         self._running = False
 
     def _await(self, j: int, slot: int, shape: tuple[int, int, int], first: int) -> None:
@@ -335,31 +350,37 @@ class ReaderPool:
                 self._check_alive(j % self.workers, f"before batch {j} was read")
             time.sleep(pause)
             pause = min(2 * pause, 1e-3)
-        flag, size, length, index = self._header[slot * _SLOT_HEADER:(slot + 1) * _SLOT_HEADER]
+        flag, size, length, index = self._header[slot * _SLOT_HEADER : (slot + 1) * _SLOT_HEADER]
         if flag == -(j + 1):
             raise self._error(j % self.workers)
         if flag != j + 1 or (size, length, index) != (shape[0], shape[1], first):
             self.close()
-            raise RuntimeError(f"the batch-reading worker filled slot {slot} with batch "
-                               f"{flag - 1} ({size}x{length}, utterance {index} first) where "
-                               f"the plan has batch {j} ({shape[0]}x{shape[1]}, utterance "
-                               f"{first} first): the planner changed after the workers started")
+            raise RuntimeError(
+                f"the batch-reading worker filled slot {slot} with batch "
+                f"{flag - 1} ({size}x{length}, utterance {index} first) where "
+                f"the plan has batch {j} ({shape[0]}x{shape[1]}, utterance "
+                f"{first} first): the planner changed after the workers started"
+            )
 
     def _check_alive(self, w: int, when: str) -> None:
         proc = self._procs[w]
         if proc.exitcode is not None:
             how = f"signal {-proc.exitcode}" if proc.exitcode < 0 else f"exit status {proc.exitcode}"
             self.close()
-            raise RuntimeError(f"the batch-reading worker process {proc.pid} ended ({how}) {when}; "
-                               "see the log above (or train.loader=thread to read in threads)")
+            raise RuntimeError(
+                f"the batch-reading worker process {proc.pid} ended ({how}) {when}; "
+                "see the log above (or train.loader=thread to read in threads)"
+            )
 
     def _error(self, w: int) -> BaseException:
         while True:
             try:
                 message = self._replies[w].recv()
             except Exception as err:  # noqa: BLE001  an error that does not unpickle here
-                return RuntimeError(f"the batch-reading worker failed and its error could not "
-                                    f"be received ({type(err).__name__}: {err})")
+                return RuntimeError(
+                    f"the batch-reading worker failed and its error could not "
+                    f"be received ({type(err).__name__}: {err})"
+                )
             if message[0] == "error" and message[1] == self._run:
                 _, _, error, trace = message
                 if not isinstance(error, UserError) and trace:
@@ -449,11 +470,12 @@ def _serve(pool: ReaderPool, worker: int, commands: Any, replies: Any, parent: i
                 idx = planner.share(item)
                 b, t, d = planner.source.batch_shape(idx)
                 if b * t * d > pool.slot_floats:
-                    raise RuntimeError(f"batch {j} needs {b * t * d} floats, the ring's slots "
-                                       f"hold {pool.slot_floats}")
+                    raise RuntimeError(
+                        f"batch {j} needs {b * t * d} floats, the ring's slots hold {pool.slot_floats}"
+                    )
                 at = slot * pool.slot_floats
-                reader.fill(idx, data[at:at + b * t * d].reshape(b, t, d))
-                header[slot * _SLOT_HEADER:(slot + 1) * _SLOT_HEADER] = (j + 1, b, t, idx[0])
+                reader.fill(idx, data[at : at + b * t * d].reshape(b, t, d))
+                header[slot * _SLOT_HEADER : (slot + 1) * _SLOT_HEADER] = (j + 1, b, t, idx[0])
             except BaseException as err:  # noqa: BLE001 (handed to the consumer)
                 error = err
                 header[slot * _SLOT_HEADER] = -(j + 1)

@@ -138,8 +138,13 @@ class InMemorySource(UtteranceSource):
 
     def assemble(self, indices: np.ndarray, feats: torch.Tensor) -> Batch:
         utts = [self.utts[i] for i in indices.tolist()]
-        return batch_around([u.utt for u in utts], feats, self.lengths[indices],
-                      [u.tokens for u in utts], [u.ali for u in utts])
+        return batch_around(
+            [u.utt for u in utts],
+            feats,
+            self.lengths[indices],
+            [u.tokens for u in utts],
+            [u.ali for u in utts],
+        )
 
     def texts(self) -> dict[str, str]:
         return {u.utt: u.text for u in self.utts}
@@ -181,12 +186,15 @@ class _Packed:
         sizes = np.fromiter((len(x) for x in items), dtype=np.int64, count=len(items))
         starts = np.zeros(len(items) + 1, dtype=np.int64)
         np.cumsum(sizes, out=starts[1:])
-        values = np.concatenate([np.asarray(x, dtype=dtype) for x in items]) if len(items) else \
-            np.zeros(0, dtype=dtype)
+        values = (
+            np.concatenate([np.asarray(x, dtype=dtype) for x in items])
+            if len(items)
+            else np.zeros(0, dtype=dtype)
+        )
         return cls(values.astype(dtype, copy=False), starts)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.values[self.starts[i]:self.starts[i + 1]]
+        return self.values[self.starts[i] : self.starts[i + 1]]
 
     def take(self, indices: Sequence[int]) -> _Packed:
         return _Packed.of([self[i] for i in indices], dtype=self.values.dtype.type)
@@ -201,12 +209,25 @@ class StreamingSource(UtteranceSource):
     :func:`~asrkit.data.kaldi_table.read_matrix`.
     """
 
-    def __init__(self, *, data_dir: Path, ids: list[str], lengths: np.ndarray, arks: list[str],
-                 ark_of: np.ndarray, offsets: np.ndarray, others: dict[int, str],
-                 speakers: list[str], spk_of: np.ndarray, tokens: _Packed | None,
-                 text: dict[str, str] | None, normalize: CmvnNormalizer,
-                 speaker_stats: dict[str, np.ndarray], dim: int,
-                 ali: _Packed | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        ids: list[str],
+        lengths: np.ndarray,
+        arks: list[str],
+        ark_of: np.ndarray,
+        offsets: np.ndarray,
+        others: dict[int, str],
+        speakers: list[str],
+        spk_of: np.ndarray,
+        tokens: _Packed | None,
+        text: dict[str, str] | None,
+        normalize: CmvnNormalizer,
+        speaker_stats: dict[str, np.ndarray],
+        dim: int,
+        ali: _Packed | None = None,
+    ) -> None:
         self.data_dir, self.ids, self.lengths = data_dir, ids, lengths
         self.arks, self.ark_of, self.offsets, self.others = arks, ark_of, offsets, others
         self.speakers, self.spk_of, self.tokens, self.text = speakers, spk_of, tokens, text
@@ -224,9 +245,13 @@ class StreamingSource(UtteranceSource):
 
     def assemble(self, indices: np.ndarray, feats: torch.Tensor) -> Batch:
         rows = indices.tolist()
-        return batch_around([self.ids[i] for i in rows], feats, self.lengths[indices],
-                      None if self.tokens is None else [self.tokens[i] for i in rows],
-                      None if self.ali is None else [self.ali[i] for i in rows])
+        return batch_around(
+            [self.ids[i] for i in rows],
+            feats,
+            self.lengths[indices],
+            None if self.tokens is None else [self.tokens[i] for i in rows],
+            None if self.ali is None else [self.ali[i] for i in rows],
+        )
 
     def where(self, i: int) -> str:
         """``file.ark:offset`` (or the rxfilename) of utterance ``i``."""
@@ -247,13 +272,22 @@ class StreamingSource(UtteranceSource):
         others = {new: self.others[old] for new, old in enumerate(indices) if old in self.others}
         ids = [self.ids[i] for i in indices]
         return StreamingSource(
-            data_dir=self.data_dir, ids=ids, lengths=self.lengths[idx], arks=self.arks,
-            ark_of=self.ark_of[idx], offsets=self.offsets[idx], others=others,
-            speakers=self.speakers, spk_of=self.spk_of[idx],
+            data_dir=self.data_dir,
+            ids=ids,
+            lengths=self.lengths[idx],
+            arks=self.arks,
+            ark_of=self.ark_of[idx],
+            offsets=self.offsets[idx],
+            others=others,
+            speakers=self.speakers,
+            spk_of=self.spk_of[idx],
             tokens=None if self.tokens is None else self.tokens.take(indices),
             text=None if self.text is None else {u: self.text[u] for u in ids},
-            normalize=self.normalize, speaker_stats=self.speaker_stats, dim=self.dim,
-            ali=None if self.ali is None else self.ali.take(indices))
+            normalize=self.normalize,
+            speaker_stats=self.speaker_stats,
+            dim=self.dim,
+            ali=None if self.ali is None else self.ali.take(indices),
+        )
 
 
 class _ArkReader(UtteranceReader):
@@ -272,8 +306,7 @@ class _ArkReader(UtteranceReader):
         src = self.source
         utt = src.ids[i]
         feats = src.normalize(self._checked(i), self._speaker_stats(i))
-        tokens = np.zeros(0, dtype=np.int64) if src.tokens is None else \
-            src.tokens[i].astype(np.int64)
+        tokens = np.zeros(0, dtype=np.int64) if src.tokens is None else src.tokens[i].astype(np.int64)
         ali = None if src.ali is None else src.ali[i].astype(np.int64)
         return Utterance(utt, feats, tokens, src.text.get(utt, "") if src.text else "", ali)
 
@@ -286,7 +319,7 @@ class _ArkReader(UtteranceReader):
         lengths = src.lengths[idx]
         if not self._read_floats(idx, lengths, out):
             for k, i in enumerate(idx.tolist()):
-                rows = out[k, :lengths[k]]
+                rows = out[k, : lengths[k]]
                 src.normalize(self._checked(i, out=rows), self._speaker_stats(i), out=rows)
         longest = out.shape[1]
         for k, n in enumerate(lengths.tolist()):
@@ -305,8 +338,9 @@ class _ArkReader(UtteranceReader):
         scale, offset = norm.global_transform() if norm.mode == "global" else (None, None)
         head = bytearray(15)
         dim = struct.pack("<bi", 4, src.dim)
-        for k, (i, n, at) in enumerate(zip(idx.tolist(), lengths.tolist(),
-                                           src.offsets[idx].tolist(), strict=True)):
+        for k, (i, n, at) in enumerate(
+            zip(idx.tolist(), lengths.tolist(), src.offsets[idx].tolist(), strict=True)
+        ):
             rows = feats[k, :n]
             got = os.preadv(self.handle(i).fileno(), [head, rows.data], at)
             # The header must be \0B "FM " \4 rows \4 dim (little-endian int32s).
@@ -329,16 +363,19 @@ class _ArkReader(UtteranceReader):
         src = self.source
         rows, ark = int(src.lengths[i]), int(src.ark_of[i])
         if ark >= 0 and ark in self.handles:  # the fast path for float matrices
-            mat = read_float_matrix_at(self.handles[ark], int(src.offsets[i]), rows=rows,
-                                       cols=src.dim, out=out)
+            mat = read_float_matrix_at(
+                self.handles[ark], int(src.offsets[i]), rows=rows, cols=src.dim, out=out
+            )
             if mat is not None:
                 return mat
         mat = self._matrix(i)
         if mat.shape != (rows, src.dim):
-            raise DataError(f"{src.scp}: utterance '{src.ids[i]}' at {src.where(i)}: holds a "
-                            f"{mat.shape[0]}x{mat.shape[1]} matrix, but utt2num_frames says "
-                            f"{rows} frames and the set has {src.dim}-dim features; the data "
-                            "dir is stale — rerun the feature stage")
+            raise DataError(
+                f"{src.scp}: utterance '{src.ids[i]}' at {src.where(i)}: holds a "
+                f"{mat.shape[0]}x{mat.shape[1]} matrix, but utt2num_frames says "
+                f"{rows} frames and the set has {src.dim}-dim features; the data "
+                "dir is stale — rerun the feature stage"
+            )
         return mat
 
     def _matrix(self, i: int) -> np.ndarray:
@@ -364,8 +401,10 @@ class _ArkReader(UtteranceReader):
             try:
                 handle = self.handles[ark] = open(path, "rb")  # noqa: SIM115 (closed in close())
             except OSError as err:
-                raise DataError(f"{src.scp}: utterance '{src.ids[i]}': cannot open {path} "
-                                f"({err.strerror}); rerun the feature stage") from None
+                raise DataError(
+                    f"{src.scp}: utterance '{src.ids[i]}': cannot open {path} "
+                    f"({err.strerror}); rerun the feature stage"
+                ) from None
         return handle
 
     def close(self) -> None:
@@ -374,9 +413,14 @@ class _ArkReader(UtteranceReader):
         self.handles.clear()
 
 
-def open_data_dir(data_dir: str | Path, normalize: CmvnNormalizer, *,
-                  tokenizer: Tokenizer | None = None, input_dim: int | None = None,
-                  keep_text: bool = False) -> StreamingSource:
+def open_data_dir(
+    data_dir: str | Path,
+    normalize: CmvnNormalizer,
+    *,
+    tokenizer: Tokenizer | None = None,
+    input_dim: int | None = None,
+    keep_text: bool = False,
+) -> StreamingSource:
     """Index a data dir's features for streaming: reads its metadata, no feature data.
 
     Checks what can be checked cheaply before training starts: every utterance of
@@ -397,8 +441,7 @@ def open_data_dir(data_dir: str | Path, normalize: CmvnNormalizer, *,
     """
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise DataError(f"{data_dir}: data directory not found; run the data preparation stage "
-                        "first")
+        raise DataError(f"{data_dir}: data directory not found; run the data preparation stage first")
     scp = data_dir / "feats.scp"
     if not scp.is_file():
         raise DataError(f"{scp}: not found; run the feature stage (stage 2) for {data_dir}")
@@ -433,27 +476,38 @@ def open_data_dir(data_dir: str | Path, normalize: CmvnNormalizer, *,
     tokens, text = None, None
     if tokenizer is not None or keep_text:
         values, starts, kept = array.array("i"), array.array("q", [0]), {}
-        for utt, transcript in zip(ids, _joined(ids, data_dir / "text", "a transcript",
-                                                allow_empty=True), strict=True):
+        for utt, transcript in zip(
+            ids, _joined(ids, data_dir / "text", "a transcript", allow_empty=True), strict=True
+        ):
             if keep_text:
                 kept[utt] = transcript
             if tokenizer is not None:
                 encoded = tokenizer.encode(transcript)
                 if not encoded:
-                    raise DataError(f"{data_dir}/text: utterance '{utt}' encodes to no tokens; "
-                                    "check its transcript")
+                    raise DataError(
+                        f"{data_dir}/text: utterance '{utt}' encodes to no tokens; check its transcript"
+                    )
                 values.extend(encoded)
                 starts.append(len(values))
         if tokenizer is not None:
-            tokens = _Packed(np.frombuffer(values, dtype=np.int32),
-                             np.frombuffer(starts, dtype=np.int64))
+            tokens = _Packed(np.frombuffer(values, dtype=np.int32), np.frombuffer(starts, dtype=np.int64))
         text = kept if keep_text else None
     source = StreamingSource(
-        data_dir=data_dir, ids=ids, lengths=np.zeros(len(ids), dtype=np.int64), arks=arks,
+        data_dir=data_dir,
+        ids=ids,
+        lengths=np.zeros(len(ids), dtype=np.int64),
+        arks=arks,
         ark_of=np.frombuffer(ark_of, dtype=np.int32),
-        offsets=np.frombuffer(offsets, dtype=np.int64), others=others, speakers=speakers,
-        spk_of=np.frombuffer(spk_of, dtype=np.int32), tokens=tokens, text=text,
-        normalize=normalize, speaker_stats={}, dim=0)
+        offsets=np.frombuffer(offsets, dtype=np.int64),
+        others=others,
+        speakers=speakers,
+        spk_of=np.frombuffer(spk_of, dtype=np.int32),
+        tokens=tokens,
+        text=text,
+        normalize=normalize,
+        speaker_stats={},
+        dim=0,
+    )
     _check_arks(scp, ids, arks, source.ark_of, source.offsets)
     source.speaker_stats = _speaker_stats(data_dir, normalize, speakers)
     source.lengths = _frame_counts(data_dir, source)
@@ -475,13 +529,14 @@ def _joined(ids: list[str], path: Path, what: str, *, allow_empty: bool = False)
                 key = None
                 break
         if key != utt:
-            raise DataError(f"{path}: utterance '{utt}' of feats.scp has no {what}; fix the data "
-                            "dir (Kaldi: utils/fix_data_dir.sh)")
+            raise DataError(
+                f"{path}: utterance '{utt}' of feats.scp has no {what}; fix the data "
+                "dir (Kaldi: utils/fix_data_dir.sh)"
+            )
         yield value
 
 
-def _check_arks(scp: Path, ids: list[str], arks: list[str], ark_of: np.ndarray,
-                offsets: np.ndarray) -> None:
+def _check_arks(scp: Path, ids: list[str], arks: list[str], ark_of: np.ndarray, offsets: np.ndarray) -> None:
     """Every archive exists and extends past its largest offset (one stat per archive)."""
     if not arks:
         return
@@ -498,30 +553,39 @@ def _check_arks(scp: Path, ids: list[str], arks: list[str], ark_of: np.ndarray,
         try:
             size = os.stat(path).st_size
         except FileNotFoundError:
-            raise DataError(f"{scp}: utterance '{ids[first[a]]}': {path}: file not found; rerun "
-                            "the feature stage (or fix the paths in feats.scp)") from None
+            raise DataError(
+                f"{scp}: utterance '{ids[first[a]]}': {path}: file not found; rerun "
+                "the feature stage (or fix the paths in feats.scp)"
+            ) from None
         except OSError as err:
-            raise DataError(f"{scp}: utterance '{ids[first[a]]}': {path}: cannot stat "
-                            f"({err.strerror}); check its permissions") from None
+            raise DataError(
+                f"{scp}: utterance '{ids[first[a]]}': {path}: cannot stat "
+                f"({err.strerror}); check its permissions"
+            ) from None
         if offsets[i] >= size:
-            raise DataError(f"{scp}: utterance '{ids[i]}': offset {offsets[i]} is past the end "
-                            f"of {path} ({size} bytes); the archive was cut short or the scp is "
-                            "stale — regenerate both (rerun the feature stage)")
+            raise DataError(
+                f"{scp}: utterance '{ids[i]}': offset {offsets[i]} is past the end "
+                f"of {path} ({size} bytes); the archive was cut short or the scp is "
+                "stale — regenerate both (rerun the feature stage)"
+            )
 
 
-def _speaker_stats(data_dir: Path, normalize: CmvnNormalizer,
-                   speakers: list[str]) -> dict[str, np.ndarray]:
+def _speaker_stats(data_dir: Path, normalize: CmvnNormalizer, speakers: list[str]) -> dict[str, np.ndarray]:
     if normalize.mode != "speaker":
         return {}
     cmvn_scp = data_dir / "cmvn.scp"
     if not cmvn_scp.is_file():
-        raise DataError(f"{cmvn_scp}: not found; features.cmvn=speaker needs the per-speaker "
-                        f"stats that the feature stage (stage 2) writes for {data_dir}")
+        raise DataError(
+            f"{cmvn_scp}: not found; features.cmvn=speaker needs the per-speaker "
+            f"stats that the feature stage (stage 2) writes for {data_dir}"
+        )
     entries = read_kaldi_map(cmvn_scp)
     missing = [spk for spk in speakers if spk not in entries]
     if missing:
-        raise DataError(f"{cmvn_scp}: no stats for speaker '{missing[0]}' ({len(missing)} "
-                        "speaker(s) missing); rerun the feature stage")
+        raise DataError(
+            f"{cmvn_scp}: no stats for speaker '{missing[0]}' ({len(missing)} "
+            "speaker(s) missing); rerun the feature stage"
+        )
     return {spk: read_cmvn(entries[spk]) for spk in speakers}
 
 
@@ -530,21 +594,30 @@ def _frame_counts(data_dir: Path, source: StreamingSource) -> np.ndarray:
     path = data_dir / "utt2num_frames"
     if path.is_file():
         lengths = np.zeros(len(source.ids), dtype=np.int64)
-        for i, (utt, value) in enumerate(zip(source.ids, _joined(source.ids, path, "frame count"),
-                                             strict=True)):
+        for i, (utt, value) in enumerate(
+            zip(source.ids, _joined(source.ids, path, "frame count"), strict=True)
+        ):
             if not value.isdigit():
-                raise DataError(f"{path}: utterance '{utt}' has frame count {value!r}, expected "
-                                "an integer >= 0; regenerate it (feat-to-len scp:feats.scp ark,t:-)")
+                raise DataError(
+                    f"{path}: utterance '{utt}' has frame count {value!r}, expected "
+                    "an integer >= 0; regenerate it (feat-to-len scp:feats.scp ark,t:-)"
+                )
             lengths[i] = int(value)
         return lengths
-    log.info("%s: no utt2num_frames; reading the %d matrix headers instead (write it once with "
-             "feat-to-len scp:feats.scp ark,t:%s)", data_dir, len(source.ids), path)
+    log.info(
+        "%s: no utt2num_frames; reading the %d matrix headers instead (write it once with "
+        "feat-to-len scp:feats.scp ark,t:%s)",
+        data_dir,
+        len(source.ids),
+        path,
+    )
     return np.array(_header_rows(source), dtype=np.int64)
 
 
 def _unreadable(source: StreamingSource, i: int, err: DataError) -> DataError:
-    return DataError(f"{source.scp}: utterance '{source.ids[i]}': cannot read features ({err}); "
-                     "rerun the feature stage")
+    return DataError(
+        f"{source.scp}: utterance '{source.ids[i]}': cannot read features ({err}); rerun the feature stage"
+    )
 
 
 def _header_rows(source: StreamingSource) -> list[int]:
@@ -577,10 +650,12 @@ def _first_dim(source: StreamingSource, input_dim: int | None) -> int:
     finally:
         reader.close()
     if input_dim is not None and mat.shape[1] != input_dim:
-        raise DataError(f"{source.scp}: utterance '{source.ids[0]}' has {mat.shape[1]}-dim "
-                        f"features but the model expects {input_dim}; they were computed with "
-                        f"other settings ({source.data_dir / 'feats.yaml'}) — recompute them "
-                        "(stage 2) with the model's feature settings")
+        raise DataError(
+            f"{source.scp}: utterance '{source.ids[0]}' has {mat.shape[1]}-dim "
+            f"features but the model expects {input_dim}; they were computed with "
+            f"other settings ({source.data_dir / 'feats.yaml'}) — recompute them "
+            "(stage 2) with the model's feature settings"
+        )
     return int(mat.shape[1])
 
 
@@ -616,21 +691,38 @@ class BucketBatches:
             ``thread`` (see :mod:`asrkit.data.prefetch`).
     """
 
-    def __init__(self, source: UtteranceSource | Sequence[Utterance], *, max_frames: int,
-                 max_batch: int, shuffle: bool = True, seed: int = 1, rank: int = 0,
-                 world: int = 1, indices: Sequence[int] | None = None,
-                 bucket_share: tuple[int, int] = (0, 1), prefetch: int = 4, workers: int = 1,
-                 loader: str = "process") -> None:
+    def __init__(
+        self,
+        source: UtteranceSource | Sequence[Utterance],
+        *,
+        max_frames: int,
+        max_batch: int,
+        shuffle: bool = True,
+        seed: int = 1,
+        rank: int = 0,
+        world: int = 1,
+        indices: Sequence[int] | None = None,
+        bucket_share: tuple[int, int] = (0, 1),
+        prefetch: int = 4,
+        workers: int = 1,
+        loader: str = "process",
+    ) -> None:
         self.source = as_source(source)
         chosen = np.arange(len(self.source)) if indices is None else np.asarray(indices, np.int64)
-        self.buckets = [chosen[b] for b in plan_buckets(
-            self.source.lengths[chosen], max_frames=max_frames, max_batch=max_batch,
-            min_batch=world)]
+        self.buckets = [
+            chosen[b]
+            for b in plan_buckets(
+                self.source.lengths[chosen], max_frames=max_frames, max_batch=max_batch, min_batch=world
+            )
+        ]
         self.shuffle, self.seed, self.rank, self.world = shuffle, seed, rank, world
         self.bucket_share = bucket_share
         self.prefetch, self.workers = prefetch, workers
-        self.pool = ReaderPool(self, depth=prefetch, workers=workers) \
-            if prefetch > 0 and loader == "process" and can_fork() else None
+        self.pool = (
+            ReaderPool(self, depth=prefetch, workers=workers)
+            if prefetch > 0 and loader == "process" and can_fork()
+            else None
+        )
         #: Put batches in page-locked memory as they are read (for CUDA).
         self.pin_memory = False
         self._largest: int | None = None
@@ -681,7 +773,7 @@ class BucketBatches:
 
     def share(self, bucket: np.ndarray) -> np.ndarray:
         """The utterances of ``bucket`` that this learner reads."""
-        return bucket[self.rank::self.world]
+        return bucket[self.rank :: self.world]
 
     def finish(self, batch: Batch, bucket: np.ndarray) -> Batch:
         """``batch`` (this learner's share of ``bucket``) with its loss normaliser."""
@@ -705,9 +797,14 @@ class BucketBatches:
         return self._largest
 
 
-def attach_alignments(data: UtteranceSource | Sequence[Utterance],
-                      alignments: dict[str, np.ndarray], *, factor: int, model_subsample: int,
-                      source: str) -> UtteranceSource:
+def attach_alignments(
+    data: UtteranceSource | Sequence[Utterance],
+    alignments: dict[str, np.ndarray],
+    *,
+    factor: int,
+    model_subsample: int,
+    source: str,
+) -> UtteranceSource:
     """Give each utterance its frame targets at the model's output rate.
 
     Args:
@@ -723,19 +820,30 @@ def attach_alignments(data: UtteranceSource | Sequence[Utterance],
         The utterances that have alignments (the checker reported the others).
     """
     if model_subsample % factor:
-        raise ConfigError(f"{source}: alignments have one label per {factor} feature frames but "
-                          f"the model outputs one per {model_subsample}; use a model.subsample "
-                          f"that is a multiple of {factor}")
+        raise ConfigError(
+            f"{source}: alignments have one label per {factor} feature frames but "
+            f"the model outputs one per {model_subsample}; use a model.subsample "
+            f"that is a multiple of {factor}"
+        )
     return as_source(data).with_alignments(alignments, step=model_subsample // factor)
 
 
-def load_utterances(data_dir: str | Path, normalize: CmvnNormalizer, *,
-                    tokenizer: Tokenizer | None = None, input_dim: int | None = None
-                    ) -> list[Utterance]:
+def load_utterances(
+    data_dir: str | Path,
+    normalize: CmvnNormalizer,
+    *,
+    tokenizer: Tokenizer | None = None,
+    input_dim: int | None = None,
+) -> list[Utterance]:
     """Read a data dir's features into memory (and token targets when ``tokenizer`` is given).
 
     Raises:
         DataError: as :func:`open_data_dir`, and for a matrix that cannot be read.
     """
-    return open_data_dir(data_dir, normalize, tokenizer=tokenizer, input_dim=input_dim,
-                         keep_text=(Path(data_dir) / "text").is_file()).read_all()
+    return open_data_dir(
+        data_dir,
+        normalize,
+        tokenizer=tokenizer,
+        input_dim=input_dim,
+        keep_text=(Path(data_dir) / "text").is_file(),
+    ).read_all()

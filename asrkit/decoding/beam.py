@@ -42,12 +42,16 @@ def spell(tokenizer: Tokenizer, word: str) -> list[list[str]]:
         if pieces and pieces[0] == BOUNDARY:
             pieces = pieces[1:]
         if not pieces or "<unk>" in pieces:
-            raise ConfigError(f"word {word!r} cannot be spelled with the tokenizer's units "
-                              f"({pieces}); the lexicon needs words made of known characters")
+            raise ConfigError(
+                f"word {word!r} cannot be spelled with the tokenizer's units "
+                f"({pieces}); the lexicon needs words made of known characters"
+            )
         spellings.append([*pieces, BOUNDARY])
     if not spellings:
-        raise ConfigError(f"word {word!r} has no pronunciation in the tokenizer's lexicon "
-                          f"({tokenizer.model_dir}); add it to tokenizer.lexicon")
+        raise ConfigError(
+            f"word {word!r} has no pronunciation in the tokenizer's lexicon "
+            f"({tokenizer.model_dir}); add it to tokenizer.lexicon"
+        )
     return spellings
 
 
@@ -67,8 +71,9 @@ def lexicon_words(path: str | Path) -> set[str]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: cannot read the word list ({err}); give a word list or a "
-                        "lexicon (WORD ... per line)") from None
+        raise DataError(
+            f"{path}: cannot read the word list ({err}); give a word list or a lexicon (WORD ... per line)"
+        ) from None
     return {line.split()[0] for line in lines if line.split()}
 
 
@@ -84,14 +89,23 @@ class BeamSearch:
             when negative).
     """
 
-    def __init__(self, tokenizer: Tokenizer, *, lexicon: str | Path | None,
-                 lm: str | Path | None, beam_size: int = 50, beam_threshold: float = 25.0,
-                 lm_weight: float = 0.5, word_score: float = 0.0) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        lexicon: str | Path | None,
+        lm: str | Path | None,
+        beam_size: int = 50,
+        beam_threshold: float = 25.0,
+        lm_weight: float = 0.5,
+        word_score: float = 0.0,
+    ) -> None:
         from torchaudio.models.decoder import ctc_decoder
 
         if lm is not None and lexicon is None:
-            raise ConfigError("a word LM needs a lexicon; lexicon-free search (decode=beam) runs "
-                              "without an LM")
+            raise ConfigError(
+                "a word LM needs a lexicon; lexicon-free search (decode=beam) runs without an LM"
+            )
         for path in (lexicon, lm):
             if path is not None and not Path(path).is_file():
                 raise ConfigError(f"{path}: not found; run stage 3 (lang) first")
@@ -101,16 +115,26 @@ class BeamSearch:
         self.lexicon = lexicon
         units = tokenizer.units()
         if BOUNDARY not in units:
-            raise ConfigError(f"the tokenizer has no word-boundary unit {BOUNDARY!r}; lexicon "
-                              "decoding needs sentencepiece's boundary piece")
+            raise ConfigError(
+                f"the tokenizer has no word-boundary unit {BOUNDARY!r}; lexicon "
+                "decoding needs sentencepiece's boundary piece"
+            )
         self._boundary = units.index(BOUNDARY)
         with _silenced():  # KenLM prints a loading banner and progress bar on stdout/stderr
             self._decoder = ctc_decoder(
-                lexicon=None if lexicon is None else str(lexicon), tokens=tokenizer.units(),
-                lm=None if lm is None else str(lm), beam_size=beam_size,
-                beam_threshold=beam_threshold, lm_weight=lm_weight if lm is not None else 0.0,
-                word_score=word_score, blank_token=BLANK, sil_token=BOUNDARY, unk_word=UNK_WORD,
-                sil_score=0.0, log_add=False)
+                lexicon=None if lexicon is None else str(lexicon),
+                tokens=tokenizer.units(),
+                lm=None if lm is None else str(lm),
+                beam_size=beam_size,
+                beam_threshold=beam_threshold,
+                lm_weight=lm_weight if lm is not None else 0.0,
+                word_score=word_score,
+                blank_token=BLANK,
+                sil_token=BOUNDARY,
+                unk_word=UNK_WORD,
+                sil_score=0.0,
+                log_add=False,
+            )
 
     def __call__(self, log_probs: torch.Tensor) -> str:
         """The best transcript of one utterance's ``(T', V)`` CTC log-probabilities."""

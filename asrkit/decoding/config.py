@@ -44,7 +44,9 @@ class DecodeConfig:
         if self.method not in METHODS:
             raise ConfigError(f"decode.method={self.method!r} is unknown; choose one of {list(METHODS)}")
         if self.beam_size < 1 or self.beam_threshold <= 0:
-            raise ConfigError(f"decode.beam_size={self.beam_size} must be >= 1 and "
-                              f"decode.beam_threshold={self.beam_threshold} positive")
+            raise ConfigError(
+                f"decode.beam_size={self.beam_size} must be >= 1 and "
+                f"decode.beam_threshold={self.beam_threshold} positive"
+            )
         if not self.lm_weights or not self.word_scores:
             raise ConfigError("decode.lm_weights and decode.word_scores need at least one value")

@@ -53,8 +53,7 @@ class DecodeSettings:
     tuned_on: str = ""  # the set the pair was picked on ("" when there was no grid)
 
     def save(self, exp_dir: str | Path) -> None:
-        atomic_write(Path(exp_dir) / DECODE_SETTINGS,
-                     json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+        atomic_write(Path(exp_dir) / DECODE_SETTINGS, json.dumps(dataclasses.asdict(self), indent=2) + "\n")
 
     @classmethod
     def load(cls, exp_dir: str | Path) -> DecodeSettings | None:
@@ -65,8 +64,9 @@ class DecodeSettings:
         try:
             return cls(**json.loads(path.read_text()))
         except (ValueError, TypeError) as err:
-            raise DataError(f"{path}: unreadable decoding settings ({err}); rerun stage 5 "
-                            "(decode) to write them again") from None
+            raise DataError(
+                f"{path}: unreadable decoding settings ({err}); rerun stage 5 (decode) to write them again"
+            ) from None
 
 
 class Recognizer:
@@ -80,8 +80,14 @@ class Recognizer:
         max_frames: cap on padded frames per batch.
     """
 
-    def __init__(self, exp_dir: str | Path, *, model: str = "model.pt",
-                 device: str | torch.device = "cpu", max_frames: int = 40000) -> None:
+    def __init__(
+        self,
+        exp_dir: str | Path,
+        *,
+        model: str = "model.pt",
+        device: str | torch.device = "cpu",
+        max_frames: int = 40000,
+    ) -> None:
         self.exp_dir = Path(exp_dir)
         self.device = torch.device(device)
         self.model, self.meta = load_model_bundle(self.exp_dir / model, device=self.device)
@@ -91,12 +97,15 @@ class Recognizer:
         if self.meta["cmvn"] == "global":
             stats_file = self.exp_dir / "cmvn_global.ark"
             if not stats_file.is_file():
-                raise DataError(f"{stats_file}: not found; the model was trained with global CMVN "
-                                "and decodes with the training set's stats — copy the training "
-                                "set's cmvn_global.ark here, or retrain (stage 4)")
+                raise DataError(
+                    f"{stats_file}: not found; the model was trained with global CMVN "
+                    "and decodes with the training set's stats — copy the training "
+                    "set's cmvn_global.ark here, or retrain (stage 4)"
+                )
             stats = read_cmvn(stats_file)
-        self.normalize = CmvnNormalizer(self.meta["cmvn"], global_stats=stats,
-                                        norm_vars=self.features.norm_vars)
+        self.normalize = CmvnNormalizer(
+            self.meta["cmvn"], global_stats=stats, norm_vars=self.features.norm_vars
+        )
         self.max_frames = max_frames
 
     def audio_features(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> np.ndarray:
@@ -127,11 +136,15 @@ class Recognizer:
         """``(utterance, (T', V) log-probabilities)`` of the output that decodes to tokens."""
         head = self.decode_head
         if head is None:
-            raise ConfigError(f"{self.exp_dir}: this CE model's classes are Kaldi pdf-ids, which "
-                              "do not map to words here; write log-likelihoods (stage 7) and "
-                              "decode them with Kaldi's latgen-faster-mapped")
-        return [(utt, scores.log_softmax(dim=-1) if head == "frame" else scores)
-                for utt, scores in self.outputs(utts, head)]
+            raise ConfigError(
+                f"{self.exp_dir}: this CE model's classes are Kaldi pdf-ids, which "
+                "do not map to words here; write log-likelihoods (stage 7) and "
+                "decode them with Kaldi's latgen-faster-mapped"
+            )
+        return [
+            (utt, scores.log_softmax(dim=-1) if head == "frame" else scores)
+            for utt, scores in self.outputs(utts, head)
+        ]
 
     def greedy(self, log_probs: torch.Tensor) -> str:
         """The best-path transcript of one utterance's ``(T', V)`` log-probabilities."""
@@ -147,16 +160,22 @@ class Recognizer:
             return self.greedy
         tuned = DecodeSettings.load(self.exp_dir)
         if tuned is None or (method == "beam_lm" and tuned.method != "beam_lm"):
-            raise ConfigError(f"{self.exp_dir / DECODE_SETTINGS}: no {method} settings; run the "
-                              f"decoding stage with decode={method} first (it tunes them on the "
-                              "dev set), or decode greedily")
+            raise ConfigError(
+                f"{self.exp_dir / DECODE_SETTINGS}: no {method} settings; run the "
+                f"decoding stage with decode={method} first (it tunes them on the "
+                "dev set), or decode greedily"
+            )
         lang = self.exp_dir / "lang"
         with_lm = method == "beam_lm"
-        return BeamSearch(self.tokenizer, lexicon=lang / "lexicon.txt" if with_lm else None,
-                          lm=lang / "lm.arpa" if with_lm else None, beam_size=tuned.beam_size,
-                          beam_threshold=tuned.beam_threshold,
-                          lm_weight=tuned.lm_weight if with_lm else 0.0,
-                          word_score=tuned.word_score if with_lm else 0.0)
+        return BeamSearch(
+            self.tokenizer,
+            lexicon=lang / "lexicon.txt" if with_lm else None,
+            lm=lang / "lm.arpa" if with_lm else None,
+            beam_size=tuned.beam_size,
+            beam_threshold=tuned.beam_threshold,
+            lm_weight=tuned.lm_weight if with_lm else 0.0,
+            word_score=tuned.word_score if with_lm else 0.0,
+        )
 
     @property
     def frame_seconds(self) -> float:
@@ -185,7 +204,7 @@ class Recognizer:
         boundary = self.tokenizer.units().index(BOUNDARY) if BOUNDARY in self.tokenizer.units() else -1
         out, k, step = [], 0, self.frame_seconds
         for word, ids in zip(words, pieces, strict=True):
-            own = spans[k:k + len(ids)]
+            own = spans[k : k + len(ids)]
             k += len(ids)
             # A stand-alone boundary unit marks where the word starts, not its sound.
             sounded = [span for span, unit in zip(own, ids, strict=True) if unit != boundary] or own
@@ -193,8 +212,9 @@ class Recognizer:
             out.append((word, round(start * step, 3), round((end - start) * step, 3)))
         return out
 
-    def recognize(self, utts: Sequence[Utterance],
-                  search: Callable[[torch.Tensor], str] | None = None) -> dict[str, str]:
+    def recognize(
+        self, utts: Sequence[Utterance], search: Callable[[torch.Tensor], str] | None = None
+    ) -> dict[str, str]:
         """Transcripts of ``utts`` (features already normalised), batched by length;
         ``search`` turns one utterance's log-probabilities into text (default greedy)."""
         search = search or self.greedy
@@ -214,8 +234,9 @@ class Recognizer:
             utts.append(Utterance(utt, feats, np.zeros(0, dtype=np.int64)))
         return utts
 
-    def decode_data_dir(self, data_dir: str | Path, out_dir: str | Path,
-                        search: Callable[[torch.Tensor], str] | None = None) -> str | None:
+    def decode_data_dir(
+        self, data_dir: str | Path, out_dir: str | Path, search: Callable[[torch.Tensor], str] | None = None
+    ) -> str | None:
         """Decode ``data_dir`` into ``out_dir/hyp``; score into ``out_dir/scoring``.
 
         Returns:
@@ -234,12 +255,18 @@ def write_and_score(hyp: dict[str, str], data_dir: str | Path, out_dir: str | Pa
         return None
     # A data dir's spk2group (e.g. speechocean762's child/teen/adult) adds a per_group table.
     groups = data_dir / "spk2group"
-    return score_files(data_dir / "text", out_dir / "hyp", out_dir=out_dir / "scoring",
-                       spk2group=groups if groups.is_file() else None).words.kaldi_line()
+    return score_files(
+        data_dir / "text",
+        out_dir / "hyp",
+        out_dir=out_dir / "scoring",
+        spk2group=groups if groups.is_file() else None,
+    ).words.kaldi_line()
 
 
 def check_exp_dir(exp_dir: str | Path, model: str = "model.pt") -> None:
     path = Path(exp_dir) / model
     if not path.is_file():
-        raise DataError(f"{path}: no trained model; run the training stage (stage 4) or pass an "
-                        "experiment directory that holds model.pt")
+        raise DataError(
+            f"{path}: no trained model; run the training stage (stage 4) or pass an "
+            "experiment directory that holds model.pt"
+        )

@@ -25,6 +25,15 @@ from asrkit.distributed.topology import (
     spectral_gap,
 )
 
-__all__ = ["PATTERNS", "closed_form_spectral_gap", "consensus_rate", "expected_mixing_matrix",
-           "fixed_pairing", "hybrid_pairing", "pairing", "random_pairing", "round_mixing_matrix",
-           "spectral_gap"]
+__all__ = [
+    "PATTERNS",
+    "closed_form_spectral_gap",
+    "consensus_rate",
+    "expected_mixing_matrix",
+    "fixed_pairing",
+    "hybrid_pairing",
+    "pairing",
+    "random_pairing",
+    "round_mixing_matrix",
+    "spectral_gap",
+]

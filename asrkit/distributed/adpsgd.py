@@ -62,8 +62,16 @@ class PairwiseAverager:
         check_every: rounds between progress/stop all-reduces.
     """
 
-    def __init__(self, params: list[nn.Parameter], *, comm: Communicator, pattern: str, seed: int,
-                 period: int, check_every: int) -> None:
+    def __init__(
+        self,
+        params: list[nn.Parameter],
+        *,
+        comm: Communicator,
+        pattern: str,
+        seed: int,
+        period: int,
+        check_every: int,
+    ) -> None:
         self.params, self.comm = params, comm
         self.members, self.rank, self.index = comm.members, comm.rank, comm.index
         self.pattern, self.seed, self.period, self.check_every = pattern, seed, period, check_every
@@ -147,21 +155,24 @@ class PairwiseAverager:
             self.cond.notify_all()
         self._thread.join(timeout_s)
         if self._thread.is_alive():
-            raise UserError(f"learner {self.rank}: the ADPSGD communication thread did not stop "
-                            f"within {timeout_s:.0f} s; another learner is stuck or dead")
+            raise UserError(
+                f"learner {self.rank}: the ADPSGD communication thread did not stop "
+                f"within {timeout_s:.0f} s; another learner is stuck or dead"
+            )
         self._raise_if_failed()
 
     def _raise_if_failed(self) -> None:
         if self.error is not None:
-            raise UserError(f"learner {self.rank}: ADPSGD averaging failed "
-                            f"({type(self.error).__name__}: {str(self.error).splitlines()[0][:200]}); "
-                            "another learner died or timed out — see its log") from self.error
+            raise UserError(
+                f"learner {self.rank}: ADPSGD averaging failed "
+                f"({type(self.error).__name__}: {str(self.error).splitlines()[0][:200]}); "
+                "another learner died or timed out — see its log"
+            ) from self.error
 
     # -- communication thread ------------------------------------------------------------
 
     def _partner(self, round_index: int) -> int:
-        return self.members[partner_of(self.pattern, len(self.members), round_index, self.seed,
-                                       self.index)]
+        return self.members[partner_of(self.pattern, len(self.members), round_index, self.seed, self.index)]
 
     def _run(self) -> None:
         try:
@@ -215,8 +226,9 @@ class ProgressBatches(BucketBatches):
     """A learner's own shard, cycled; global epoch ``e`` ends once all learners together
     have processed ``(e + 1) x`` the training set (so a fast learner takes more steps)."""
 
-    def __init__(self, source: UtteranceSource, *, total: int, progress: Callable[[], float],
-                 **kwargs) -> None:
+    def __init__(
+        self, source: UtteranceSource, *, total: int, progress: Callable[[], float], **kwargs
+    ) -> None:
         super().__init__(source, **kwargs)
         self.total, self.progress = total, progress
         self.last_bucket = 0  # utterances in the latest batch across its learners (HYBRID's group)
@@ -265,11 +277,11 @@ class AdpsgdHooks(StrategyHooks):
         assert pairs is not None
         self.pairs = pairs
 
-    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *,
-                     seed: int) -> BucketBatches:
+    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *, seed: int) -> BucketBatches:
         self.total = len(source)
-        return self.own_shard(source, cfg, seed=seed, shards=self.world_size, shard=self.rank,
-                              progress=self.global_samples)
+        return self.own_shard(
+            source, cfg, seed=seed, shards=self.world_size, shard=self.rank, progress=self.global_samples
+        )
 
     def global_samples(self) -> float:
         return self.averager.progress_samples() if self.averager is not None else 0.0
@@ -285,8 +297,13 @@ class AdpsgdHooks(StrategyHooks):
 
     def attach(self, model: nn.Module) -> nn.Module:
         self.averager = PairwiseAverager(
-            self.params, comm=self.pairs, pattern=self.cfg.pattern, seed=self.seed,
-            period=self.cfg.averaging_period, check_every=self.cfg.check_every)
+            self.params,
+            comm=self.pairs,
+            pattern=self.cfg.pattern,
+            seed=self.seed,
+            period=self.cfg.averaging_period,
+            check_every=self.cfg.check_every,
+        )
         if self._restored_samples is not None:
             self.averager.restore(self._restored_samples)
         self.averager.start()

@@ -20,10 +20,15 @@ def main(argv: list[str]) -> int:
         run(parse_args(argv))
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
-        how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
-               else f"exited with status {failure.exitcode}")
-        print(f"asrkit: learner {rank} {how} (the first to fail); the learners on this node "
-              "were stopped", file=sys.stderr)
+        how = (
+            f"was killed by {failure.signal_name()}"
+            if failure.exitcode < 0
+            else f"exited with status {failure.exitcode}"
+        )
+        print(
+            f"asrkit: learner {rank} {how} (the first to fail); the learners on this node were stopped",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -59,7 +59,8 @@ class Straggler:
             pause = (cfg.factor - 1.0) * took
         elif cfg.mode == "delay":
             pause = random.Random((cfg.seed * 1_000_003 + step) * 4099 + self.rank).uniform(
-                0.0, cfg.max_delay_ms / 1000.0)
+                0.0, cfg.max_delay_ms / 1000.0
+            )
         if pause > 0:
             time.sleep(pause)
             self.delayed_s += pause
@@ -140,7 +141,8 @@ class StrategyHooks(TrainHooks):
         gathered = self.world.all_gather_object(mine)
         total_s = max(m["seconds"] for m in gathered)
         self.final_metrics = {
-            "strategy": self.cfg.name, "learners": self.world_size,
+            "strategy": self.cfg.name,
+            "learners": self.world_size,
             "aggregate_samples_per_s": round(sum(m["samples"] for m in gathered) / total_s, 3),
             "steady_samples_per_s": steady_rate(gathered),
             "mean_consensus_distance": sum(m["consensus_distance"] for m in gathered) / self.world_size,
@@ -167,12 +169,20 @@ class StrategyHooks(TrainHooks):
         # Lock-step strategies (SYNC, delay-by-one): every learner plans the same global
         # batches and reads its share ``rank::world`` of each.
         check_enough(source, self.world_size)
-        return BucketBatches(source, seed=seed, rank=self.rank, world=self.world_size,
-                             **loader_settings(cfg))
+        return BucketBatches(source, seed=seed, rank=self.rank, world=self.world_size, **loader_settings(cfg))
 
-    def own_shard(self, source: UtteranceSource, cfg: TrainConfig, *, seed: int, shards: int,
-                  shard: int, progress: Callable[[], float], rank: int = 0,
-                  world: int = 1) -> ProgressBatches:
+    def own_shard(
+        self,
+        source: UtteranceSource,
+        cfg: TrainConfig,
+        *,
+        seed: int,
+        shards: int,
+        shard: int,
+        progress: Callable[[], float],
+        rank: int = 0,
+        world: int = 1,
+    ) -> ProgressBatches:
         """Batches of shard ``shard`` of ``shards`` (every ``shards``-th utterance), cycled
         until the global ``progress`` ends the epoch (ADPSGD, HYBRID: learners that do not
         step in lock-step); ``rank``/``world`` split each batch among a group's learners."""
@@ -180,9 +190,16 @@ class StrategyHooks(TrainHooks):
 
         check_enough(source, shards)
         # Batches are 1/shards of the global batch, so optim.lr keeps SYNC's meaning.
-        return ProgressBatches(source, total=len(source), progress=progress,
-                               indices=range(shard, len(source), shards), seed=seed + shard,
-                               rank=rank, world=world, **loader_settings(cfg, parts=shards))
+        return ProgressBatches(
+            source,
+            total=len(source),
+            progress=progress,
+            indices=range(shard, len(source), shards),
+            seed=seed + shard,
+            rank=rank,
+            world=world,
+            **loader_settings(cfg, parts=shards),
+        )
 
     def wait_for_saves(self) -> None:
         # Learners that do not step in lock-step (ADPSGD, HYBRID) save their next state only
@@ -220,14 +237,20 @@ class StrategyHooks(TrainHooks):
 
     def learner_metrics(self, state: TrainState) -> dict[str, Any]:
         wall = time.monotonic() - self._began
-        return {"rank": self.rank, "steps": state.step, "samples": state.samples,
-                "seconds": round(wall, 3), "samples_per_s": round(state.samples / max(wall, 1e-9), 3),
-                "window": [self._first_step_end, self._last_step_end],
-                "window_samples": state.samples - self._first_step_samples,
-                "comm_wait_s": None if (comm := self.comm_wait_s()) is None else round(comm, 3),
-                "data_wait_s": round(state.data_wait_s, 3),
-                "data_wait_fraction": round(state.data_wait_fraction, 4),
-                "averagings": self.averagings(), "straggler_delay_s": round(self.straggler.delayed_s, 3)}
+        return {
+            "rank": self.rank,
+            "steps": state.step,
+            "samples": state.samples,
+            "seconds": round(wall, 3),
+            "samples_per_s": round(state.samples / max(wall, 1e-9), 3),
+            "window": [self._first_step_end, self._last_step_end],
+            "window_samples": state.samples - self._first_step_samples,
+            "comm_wait_s": None if (comm := self.comm_wait_s()) is None else round(comm, 3),
+            "data_wait_s": round(state.data_wait_s, 3),
+            "data_wait_fraction": round(state.data_wait_fraction, 4),
+            "averagings": self.averagings(),
+            "straggler_delay_s": round(self.straggler.delayed_s, 3),
+        }
 
     @torch.no_grad()
     def consensus_distance(self, model: nn.Module) -> float:
@@ -247,19 +270,29 @@ class StrategyHooks(TrainHooks):
 
         with SummaryWriter(str(Path(exp_dir) / "tensorboard")) as writer:
             for m in self.final_metrics["learners_detail"]:
-                for key in ("samples_per_s", "steps", "comm_wait_s", "data_wait_s", "averagings",
-                            "consensus_distance", "straggler_delay_s"):
+                for key in (
+                    "samples_per_s",
+                    "steps",
+                    "comm_wait_s",
+                    "data_wait_s",
+                    "averagings",
+                    "consensus_distance",
+                    "straggler_delay_s",
+                ):
                     if m[key] is not None:
                         writer.add_scalar(f"learner{m['rank']}/{key}", m[key], m["steps"])
-            writer.add_scalar("strategy/aggregate_samples_per_s",
-                              self.final_metrics["aggregate_samples_per_s"], 0)
+            writer.add_scalar(
+                "strategy/aggregate_samples_per_s", self.final_metrics["aggregate_samples_per_s"], 0
+            )
 
 
 def check_enough(source: UtteranceSource, parts: int) -> None:
     """Every learner (or group) needs at least one utterance of its own."""
     if len(source) < parts:
-        raise DataError(f"{len(source)} training utterances cannot be shared among {parts} learners "
-                        "or groups; use fewer learners or more data")
+        raise DataError(
+            f"{len(source)} training utterances cannot be shared among {parts} learners "
+            "or groups; use fewer learners or more data"
+        )
 
 
 def flatten(params: list[nn.Parameter]) -> torch.Tensor:
@@ -273,7 +306,7 @@ def add_flat_(params: list[nn.Parameter], delta: torch.Tensor, *, scale: float =
     offset = 0
     for p in params:
         n = p.numel()
-        p.add_(delta[offset:offset + n].view_as(p).to(p.device), alpha=scale)
+        p.add_(delta[offset : offset + n].view_as(p).to(p.device), alpha=scale)
         offset += n
 
 
@@ -286,7 +319,7 @@ def consensus_average(params: list[nn.Parameter], comm: Communicator) -> None:
     offset = 0
     for p in params:
         n = p.numel()
-        p.copy_(flat[offset:offset + n].view_as(p))
+        p.copy_(flat[offset : offset + n].view_as(p))
         offset += n
 
 

@@ -52,8 +52,9 @@ class Communicator(ABC):
         return self.members.index(self.rank)
 
     @abstractmethod
-    def new_group(self, members: Sequence[int] | None = None, *,
-                  backend: str | None = "gloo") -> Communicator | None:
+    def new_group(
+        self, members: Sequence[int] | None = None, *, backend: str | None = "gloo"
+    ) -> Communicator | None:
         """A group of ``members`` (default: this group's). Every member of this group
         calls it in the same order; non-members get ``None``. ``backend=None`` is the
         default backend (NCCL on GPUs); ``gloo`` is safe from a second thread."""
@@ -108,8 +109,15 @@ class TorchCommunicator(Communicator):
         group: the process group (``None``: the default group).
     """
 
-    def __init__(self, *, rank: int, members: Sequence[int], device: torch.device,
-                 timeout_s: float, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        rank: int,
+        members: Sequence[int],
+        device: torch.device,
+        timeout_s: float,
+        group: dist.ProcessGroup | None = None,
+    ) -> None:
         self.rank, self.members = rank, sorted(members)
         self.device, self.timeout_s, self.group = device, timeout_s, group
         self._on_device = dist.get_backend(group) == "nccl"
@@ -117,18 +125,20 @@ class TorchCommunicator(Communicator):
     @classmethod
     def world(cls, *, device: torch.device, timeout_s: float) -> TorchCommunicator:
         """All learners of the job (the process group torchrun's rendezvous made)."""
-        return cls(rank=dist.get_rank(), members=range(dist.get_world_size()), device=device,
-                   timeout_s=timeout_s)
+        return cls(
+            rank=dist.get_rank(), members=range(dist.get_world_size()), device=device, timeout_s=timeout_s
+        )
 
-    def new_group(self, members: Sequence[int] | None = None, *,
-                  backend: str | None = "gloo") -> TorchCommunicator | None:
+    def new_group(
+        self, members: Sequence[int] | None = None, *, backend: str | None = "gloo"
+    ) -> TorchCommunicator | None:
         ranks = sorted(self.members if members is None else members)
-        group = dist.new_group(ranks, backend=backend,
-                               timeout=datetime.timedelta(seconds=self.timeout_s))
+        group = dist.new_group(ranks, backend=backend, timeout=datetime.timedelta(seconds=self.timeout_s))
         if self.rank not in ranks:
             return None
-        return TorchCommunicator(rank=self.rank, members=ranks, device=self.device,
-                                 timeout_s=self.timeout_s, group=group)
+        return TorchCommunicator(
+            rank=self.rank, members=ranks, device=self.device, timeout_s=self.timeout_s, group=group
+        )
 
     def _placed(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.to(self.device) if self._on_device else tensor
@@ -155,12 +165,15 @@ class TorchCommunicator(Communicator):
 
     def exchange(self, tensor: torch.Tensor, partner: int) -> Pending:
         theirs = torch.empty_like(tensor)
-        requests = [dist.isend(tensor, dst=partner, group=self.group),
-                    dist.irecv(theirs, src=partner, group=self.group)]
+        requests = [
+            dist.isend(tensor, dst=partner, group=self.group),
+            dist.irecv(theirs, src=partner, group=self.group),
+        ]
         return _Requests(requests, theirs)
 
     def data_parallel(self, model: nn.Module) -> nn.Module:
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         # broadcast_buffers off: the model has no buffers that change during training.
-        return DistributedDataParallel(model, device_ids=device_ids, process_group=self.group,
-                                       broadcast_buffers=False)
+        return DistributedDataParallel(
+            model, device_ids=device_ids, process_group=self.group, broadcast_buffers=False
+        )

@@ -28,11 +28,12 @@ class StragglerConfig:
 
     def check(self) -> None:
         if self.mode not in ("none", "one", "random", "delay"):
-            raise ConfigError(f"strategy.straggler.mode={self.mode!r}; choose none, one, random "
-                              "or delay")
+            raise ConfigError(f"strategy.straggler.mode={self.mode!r}; choose none, one, random or delay")
         if self.factor < 1.0 or self.max_delay_ms < 0:
-            raise ConfigError(f"strategy.straggler.factor={self.factor} must be >= 1 and "
-                              f"max_delay_ms={self.max_delay_ms} >= 0")
+            raise ConfigError(
+                f"strategy.straggler.factor={self.factor} must be >= 1 and "
+                f"max_delay_ms={self.max_delay_ms} >= 0"
+            )
 
 
 @dataclass
@@ -83,19 +84,27 @@ class StrategyConfig:
         if self.name not in STRATEGIES:
             problems.append(f"strategy.name={self.name!r} is unknown; choose one of {list(STRATEGIES)}")
         elif type(self) is not STRATEGIES[self.name].config:
-            problems.append(f"strategy.name={self.name!r} needs the {STRATEGIES[self.name].config.__name__} "
-                            f"settings, not {type(self).__name__}; choose it with strategy={self.name}")
+            problems.append(
+                f"strategy.name={self.name!r} needs the {STRATEGIES[self.name].config.__name__} "
+                f"settings, not {type(self).__name__}; choose it with strategy={self.name}"
+            )
         if self.learners < 1 or self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
-            problems.append(f"strategy: learners={self.learners} and nnodes={self.nnodes} must be >= 1 "
-                            f"and node_rank={self.node_rank} in [0, nnodes)")
+            problems.append(
+                f"strategy: learners={self.learners} and nnodes={self.nnodes} must be >= 1 "
+                f"and node_rank={self.node_rank} in [0, nnodes)"
+            )
         if self.name == "single" and self.world_size > 1:
-            problems.append(f"strategy=single runs one learner but learners x nnodes = {self.world_size}; "
-                            "pick strategy=sync or set strategy.learners=1")
+            problems.append(
+                f"strategy=single runs one learner but learners x nnodes = {self.world_size}; "
+                "pick strategy=sync or set strategy.learners=1"
+            )
         if self.backend not in ("auto", "gloo", "nccl"):
             problems.append(f"strategy.backend={self.backend!r}; choose auto, gloo or nccl")
         if self.straggler.rank >= self.world_size:
-            problems.append(f"strategy.straggler.rank={self.straggler.rank} but there are only "
-                            f"{self.world_size} learners; use -1 (the last) or a rank below that")
+            problems.append(
+                f"strategy.straggler.rank={self.straggler.rank} but there are only "
+                f"{self.world_size} learners; use -1 (the last) or a rank below that"
+            )
         if self.max_restarts < 0:
             problems.append(f"strategy.max_restarts={self.max_restarts} must be >= 0")
         if self.timeout_s <= 0:
@@ -132,8 +141,10 @@ class AveragingConfig(StrategyConfig):
         if self.pattern not in ("fixed", "random"):
             problems.append(f"strategy.pattern={self.pattern!r}; choose fixed or random")
         if self.name != "hybrid" and self.world_size > 1 and self.world_size % 2:
-            problems.append(f"strategy={self.name} pairs even with odd ranks, so it needs an even number "
-                            f"of learners, got {self.world_size}")
+            problems.append(
+                f"strategy={self.name} pairs even with odd ranks, so it needs an even number "
+                f"of learners, got {self.world_size}"
+            )
         return problems
 
 
@@ -154,8 +165,10 @@ class AdpsgdConfig(AveragingConfig):
     def problems(self) -> list[str]:
         problems = super().problems()
         if self.averaging_period < 1 or self.check_every < 1:
-            problems.append(f"strategy.averaging_period={self.averaging_period} and "
-                            f"strategy.check_every={self.check_every} must be >= 1")
+            problems.append(
+                f"strategy.averaging_period={self.averaging_period} and "
+                f"strategy.check_every={self.check_every} must be >= 1"
+            )
         return problems
 
 
@@ -208,8 +221,10 @@ class HybridConfig(AdpsgdConfig):
         problems = super().problems()
         groups, left = divmod(self.world_size, max(1, self.group_size))
         if self.group_size < 1 or left or (groups > 1 and groups % 2):
-            problems.append(f"strategy.group_size={self.group_size} must divide the {self.world_size} "
-                            "learners into 1 or an even number of groups (leaders pair up as in ADPSGD)")
+            problems.append(
+                f"strategy.group_size={self.group_size} must divide the {self.world_size} "
+                "learners into 1 or an even number of groups (leaders pair up as in ADPSGD)"
+            )
         return problems
 
 
@@ -239,14 +254,26 @@ class StrategyInfo:
 #: checks), the train stage and the command line read.
 STRATEGIES: dict[str, StrategyInfo] = {
     "single": StrategyInfo(StrategyConfig, "", "one process"),
-    "sync": StrategyInfo(SyncConfig, "asrkit.distributed.sync:SyncHooks",
-                         "synchronous SGD: gradients all-reduced every step (DDP)"),
-    "adpsgd": StrategyInfo(AdpsgdConfig, "asrkit.distributed.adpsgd:AdpsgdHooks",
-                           "asynchronous decentralized pairwise weight averaging"),
-    "delay_by_one": StrategyInfo(DelayByOneConfig, "asrkit.distributed.delay_by_one:DelayByOneHooks",
-                                 "lock-step pairwise averaging overlapped with the next step"),
-    "hybrid": StrategyInfo(HybridConfig, "asrkit.distributed.hybrid:HybridHooks",
-                           "DDP inside groups, ADPSGD among the groups' leaders"),
+    "sync": StrategyInfo(
+        SyncConfig,
+        "asrkit.distributed.sync:SyncHooks",
+        "synchronous SGD: gradients all-reduced every step (DDP)",
+    ),
+    "adpsgd": StrategyInfo(
+        AdpsgdConfig,
+        "asrkit.distributed.adpsgd:AdpsgdHooks",
+        "asynchronous decentralized pairwise weight averaging",
+    ),
+    "delay_by_one": StrategyInfo(
+        DelayByOneConfig,
+        "asrkit.distributed.delay_by_one:DelayByOneHooks",
+        "lock-step pairwise averaging overlapped with the next step",
+    ),
+    "hybrid": StrategyInfo(
+        HybridConfig,
+        "asrkit.distributed.hybrid:HybridHooks",
+        "DDP inside groups, ADPSGD among the groups' leaders",
+    ),
 }
 STRATEGY_NAMES = tuple(STRATEGIES)
 #: The strategies that average weights between learners instead of all-reducing gradients.

@@ -41,8 +41,8 @@ from asrkit.training.trainer import TrainState
 
 class DelayByOneHooks(StrategyHooks):
     """Pairwise averaging each step, merged ``staleness`` steps late."""
-    cfg: DelayByOneConfig
 
+    cfg: DelayByOneConfig
 
     def __init__(self, cfg: DelayByOneConfig, comm: Communicator, *, seed: int) -> None:
         super().__init__(cfg, comm, seed=seed)

@@ -78,8 +78,10 @@ class FakeWorld:
                 errors.append((rank, err))
                 self.fail(f"learner {rank} failed: {type(err).__name__}: {err}")
 
-        threads = [threading.Thread(target=body, args=(r,), name=f"fake-learner-{r}", daemon=True)
-                   for r in range(self.size)]
+        threads = [
+            threading.Thread(target=body, args=(r,), name=f"fake-learner-{r}", daemon=True)
+            for r in range(self.size)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -106,8 +108,9 @@ class FakeWorld:
         if self._failure is not None:
             raise FakeWorldError(self._failure)
 
-    def post(self, key: tuple, rank: int, value: Any, expected: int,
-             combine: Callable[[dict[int, Any]], Any]) -> None:
+    def post(
+        self, key: tuple, rank: int, value: Any, expected: int, combine: Callable[[dict[int, Any]], Any]
+    ) -> None:
         """Contribute ``value`` to collective ``key``; the last contributor combines them."""
         with self._cond:
             if self._failure is not None:
@@ -160,8 +163,9 @@ class FakeCommunicator(Communicator):
         self._sequence = 0  # collectives this learner has started on this group
         self._groups_made = 0
 
-    def new_group(self, members: Sequence[int] | None = None, *,
-                  backend: str | None = "gloo") -> FakeCommunicator | None:
+    def new_group(
+        self, members: Sequence[int] | None = None, *, backend: str | None = "gloo"
+    ) -> FakeCommunicator | None:
         # Groups are named by the order they were made in, as every learner makes the
         # same groups in the same order.
         name = (*self.group, self._groups_made)
@@ -188,14 +192,16 @@ class FakeCommunicator(Communicator):
         tensor.copy_(self._start("all_reduce", tensor.detach().clone(), total).wait())
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> None:
-        result = self._start("broadcast", tensor.detach().clone() if self.rank == src else None,
-                             lambda values: values[src]).wait()
+        result = self._start(
+            "broadcast", tensor.detach().clone() if self.rank == src else None, lambda values: values[src]
+        ).wait()
         if self.rank != src:
             tensor.copy_(result)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
-        gathered = self._start("all_gather_object", copy.deepcopy(obj),
-                               lambda values: [values[r] for r in self.members]).wait()
+        gathered = self._start(
+            "all_gather_object", copy.deepcopy(obj), lambda values: [values[r] for r in self.members]
+        ).wait()
         return copy.deepcopy(gathered)
 
     def barrier(self) -> Pending:
@@ -229,6 +235,7 @@ class _AveragedGradients(nn.Module):
             assert param.grad is not None
             comm.all_reduce(param.grad)
             param.grad /= comm.size
+
         return hook
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

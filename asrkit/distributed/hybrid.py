@@ -41,8 +41,7 @@ class HybridHooks(StrategyHooks):
         self.leader = self.group_index * size
         self.is_leader = self.rank == self.leader
         # Every rank makes every group, in the same order; it is a member of one of them.
-        intra = [comm.new_group(range(g * size, (g + 1) * size), backend=None)
-                 for g in range(self.groups)]
+        intra = [comm.new_group(range(g * size, (g + 1) * size), backend=None) for g in range(self.groups)]
         group = intra[self.group_index]
         assert group is not None
         self.intra = group
@@ -53,21 +52,30 @@ class HybridHooks(StrategyHooks):
         self.batches: ProgressBatches | None = None
         self._restored_leader_samples: int | None = None
 
-    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *,
-                     seed: int) -> BucketBatches:
+    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *, seed: int) -> BucketBatches:
         # The group's shard, batched like SYNC inside the group (1/groups of the global batch).
         self.total = len(source)
-        self.batches = self.own_shard(source, cfg, seed=seed, shards=self.groups,
-                                      shard=self.group_index, progress=lambda: self.progress,
-                                      rank=self.index_in_group, world=self.cfg.group_size)
+        self.batches = self.own_shard(
+            source,
+            cfg,
+            seed=seed,
+            shards=self.groups,
+            shard=self.group_index,
+            progress=lambda: self.progress,
+            rank=self.index_in_group,
+            world=self.cfg.group_size,
+        )
         return self.batches
 
     def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:
         return self.progress / max(1, self.total) * steps_per_epoch
 
     def state_dict(self) -> dict:
-        return {"progress": self.progress, "group_samples": self._group_samples,
-                "leader_samples": self.averager.local_samples if self.averager else 0}
+        return {
+            "progress": self.progress,
+            "group_samples": self._group_samples,
+            "leader_samples": self.averager.local_samples if self.averager else 0,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.progress, self._group_samples = float(state["progress"]), int(state["group_samples"])
@@ -77,8 +85,13 @@ class HybridHooks(StrategyHooks):
         if self.is_leader and self.groups > 1:
             assert self.leaders is not None  # a leader is a member
             self.averager = PairwiseAverager(
-                self.params, comm=self.leaders, pattern=self.cfg.pattern, seed=self.seed,
-                period=self.cfg.averaging_period, check_every=self.cfg.check_every)
+                self.params,
+                comm=self.leaders,
+                pattern=self.cfg.pattern,
+                seed=self.seed,
+                period=self.cfg.averaging_period,
+                check_every=self.cfg.check_every,
+            )
             if self._restored_leader_samples is not None:
                 self.averager.restore(self._restored_leader_samples)
             self.averager.start()

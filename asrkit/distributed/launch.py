@@ -49,8 +49,9 @@ def under_torchrun(environ: Mapping[str, str] = os.environ) -> bool:
     return "TORCHELASTIC_RUN_ID" in environ or ("RANK" in environ and "WORLD_SIZE" in environ)
 
 
-def context_from_env(device: torch.device, *, backend: str = "auto",
-                     environ: Mapping[str, str] = os.environ) -> DistContext:
+def context_from_env(
+    device: torch.device, *, backend: str = "auto", environ: Mapping[str, str] = os.environ
+) -> DistContext:
     """The learner's rank, world size and device from torchrun's environment."""
     restart = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     fault_kill = environ.get("ASRKIT_FAULT_KILL", "")
@@ -62,8 +63,15 @@ def context_from_env(device: torch.device, *, backend: str = "auto",
         device = torch.device("cuda", local % max(1, torch.cuda.device_count()))
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
-    return DistContext(rank=rank, world_size=world, local_rank=local, device=device,
-                       backend=backend, restart=restart, fault_kill=fault_kill)
+    return DistContext(
+        rank=rank,
+        world_size=world,
+        local_rank=local,
+        device=device,
+        backend=backend,
+        restart=restart,
+        fault_kill=fault_kill,
+    )
 
 
 def launched_rank(environ: Mapping[str, str] = os.environ) -> str:
@@ -80,18 +88,27 @@ def init_process_group(ctx: DistContext, *, timeout_s: float) -> None:
         torch.cuda.set_device(ctx.device)
     timeout = datetime.timedelta(seconds=timeout_s)
     if "MASTER_ADDR" not in os.environ:  # not under torchrun: torch's env:// explains what is missing
-        dist.init_process_group(ctx.backend, rank=ctx.rank, world_size=ctx.world_size,
-                                timeout=timeout)
+        dist.init_process_group(ctx.backend, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout)
         return
     # torchrun's static rendezvous keeps one store across restarts, so restarted learners
     # would read the dead ones' addresses: every attempt gets keys of its own.
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                          ctx.world_size, is_master=ctx.rank == 0 and not agent_store,
-                          timeout=timeout, multi_tenant=True)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        ctx.world_size,
+        is_master=ctx.rank == 0 and not agent_store,
+        timeout=timeout,
+        multi_tenant=True,
+    )
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(ctx.backend, store=dist.PrefixStore(f"asrkit/attempt{attempt}", store),
-                            rank=ctx.rank, world_size=ctx.world_size, timeout=timeout)
+    dist.init_process_group(
+        ctx.backend,
+        store=dist.PrefixStore(f"asrkit/attempt{attempt}", store),
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        timeout=timeout,
+    )
 
 
 def shutdown_process_group() -> None:
@@ -103,11 +120,19 @@ def shutdown_process_group() -> None:
 
 def torchrun_command(cfg: StrategyConfig, module_args: Sequence[str]) -> list[str]:
     """torchrun (through :mod:`asrkit.distributed.agent`) ... ``-m <module_args>`` for this node."""
-    return [sys.executable, "-m", "asrkit.distributed.agent",
-            f"--nproc-per-node={cfg.learners}", f"--nnodes={cfg.nnodes}",
-            f"--node-rank={cfg.node_rank}", f"--master-addr={cfg.master_addr}",
-            f"--master-port={cfg.master_port}", f"--max-restarts={cfg.max_restarts}", "-m",
-            *module_args]
+    return [
+        sys.executable,
+        "-m",
+        "asrkit.distributed.agent",
+        f"--nproc-per-node={cfg.learners}",
+        f"--nnodes={cfg.nnodes}",
+        f"--node-rank={cfg.node_rank}",
+        f"--master-addr={cfg.master_addr}",
+        f"--master-port={cfg.master_port}",
+        f"--max-restarts={cfg.max_restarts}",
+        "-m",
+        *module_args,
+    ]
 
 
 def launch_learners(cfg: StrategyConfig, module_args: Sequence[str]) -> None:
@@ -118,16 +143,25 @@ def launch_learners(cfg: StrategyConfig, module_args: Sequence[str]) -> None:
             experiment's log).
     """
     command = torchrun_command(cfg, module_args)
-    log.info("launching %d learner(s) on node %d/%d: %s", cfg.learners, cfg.node_rank,
-             cfg.nnodes, " ".join(command))
+    log.info(
+        "launching %d learner(s) on node %d/%d: %s",
+        cfg.learners,
+        cfg.node_rank,
+        cfg.nnodes,
+        " ".join(command),
+    )
     env = dict(os.environ, OMP_NUM_THREADS=str(cfg.threads_per_learner))
     proc = subprocess.run(command, env=env, check=False)
     if proc.returncode != 0:
-        raise UserError(f"distributed training failed: torchrun exited with status "
-                        f"{proc.returncode}; the failing learner's error is printed above")
+        raise UserError(
+            f"distributed training failed: torchrun exited with status "
+            f"{proc.returncode}; the failing learner's error is printed above"
+        )
 
 
 def check_world(cfg: StrategyConfig, ctx: DistContext) -> None:
     if ctx.world_size != cfg.world_size:
-        raise ConfigError(f"torchrun started {ctx.world_size} learners but strategy.learners x "
-                          f"strategy.nnodes = {cfg.world_size}; make them agree")
+        raise ConfigError(
+            f"torchrun started {ctx.world_size} learners but strategy.learners x "
+            f"strategy.nnodes = {cfg.world_size}; make them agree"
+        )

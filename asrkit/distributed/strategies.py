@@ -30,5 +30,4 @@ def build_hooks(cfg: StrategyConfig, ctx: DistContext, *, seed: int = 1) -> Trai
         raise ConfigError(f"strategy.name={cfg.name!r} is unknown; choose one of {sorted(STRATEGIES)}")
     if ctx.world_size == 1 or not STRATEGIES[cfg.name].hooks:
         return TrainHooks()
-    return build_strategy(cfg, TorchCommunicator.world(device=ctx.device, timeout_s=cfg.timeout_s),
-                          seed=seed)
+    return build_strategy(cfg, TorchCommunicator.world(device=ctx.device, timeout_s=cfg.timeout_s), seed=seed)

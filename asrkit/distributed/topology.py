@@ -61,7 +61,8 @@ def _check_learners(n: int, pattern: str) -> None:
     if pattern != "hybrid" and n > 1 and n % 2:
         raise ConfigError(
             f"topology: pattern {pattern!r} pairs even (active) with odd (passive) ranks, so it needs "
-            f"an even number of learners, got n={n}; use n={n - 1} or n={n + 1} (or n=1)")
+            f"an even number of learners, got n={n}; use n={n - 1} or n={n + 1} (or n=1)"
+        )
 
 
 def _check_groups(n: int, group_size: int) -> int:
@@ -71,14 +72,15 @@ def _check_groups(n: int, group_size: int) -> int:
     if n % group_size:
         divisors = [d for d in range(1, n + 1) if n % d == 0]
         raise ConfigError(
-            f"topology: hybrid group_size={group_size} does not divide n={n} learners; "
-            f"use one of {divisors}")
+            f"topology: hybrid group_size={group_size} does not divide n={n} learners; use one of {divisors}"
+        )
     groups = n // group_size
     if groups > 1 and groups % 2:
         raise ConfigError(
             f"topology: hybrid with n={n}, group_size={group_size} makes {groups} groups, but the "
             f"groups pair up as ADPSGD super learners, so their number must be even or 1; "
-            f"choose group_size so that n / group_size is even (or group_size={n})")
+            f"choose group_size so that n / group_size is even (or group_size={n})"
+        )
     return groups
 
 
@@ -91,7 +93,8 @@ def _check_config(pattern: str, n: int, group_size: int) -> int:
     if group_size != 1:
         raise ConfigError(
             f"topology: group_size={group_size!r} only applies to pattern 'hybrid', not {pattern!r}; "
-            f"drop it or use pattern 'hybrid'")
+            f"drop it or use pattern 'hybrid'"
+        )
     return n
 
 

@@ -41,8 +41,9 @@ def cmvn_transform(stats: np.ndarray, *, norm_vars: bool = True) -> tuple[np.nda
     return scale.astype(np.float32), (-mean * scale).astype(np.float32)
 
 
-def apply_cmvn(feats: np.ndarray, stats: np.ndarray, *, norm_vars: bool = True,
-               out: np.ndarray | None = None) -> np.ndarray:
+def apply_cmvn(
+    feats: np.ndarray, stats: np.ndarray, *, norm_vars: bool = True, out: np.ndarray | None = None
+) -> np.ndarray:
     """Normalise ``feats`` ``(T, D)`` with Kaldi stats ``(2, D+1)``; returns float32.
 
     As Kaldi's ``apply-cmvn``: scale and offset computed in double, applied to float
@@ -53,8 +54,9 @@ def apply_cmvn(feats: np.ndarray, stats: np.ndarray, *, norm_vars: bool = True,
     return apply_transform(feats, scale, offset, out=out)
 
 
-def apply_transform(feats: np.ndarray, scale: np.ndarray, offset: np.ndarray, *,
-                    out: np.ndarray | None = None) -> np.ndarray:
+def apply_transform(
+    feats: np.ndarray, scale: np.ndarray, offset: np.ndarray, *, out: np.ndarray | None = None
+) -> np.ndarray:
     """``feats * scale + offset`` in float32, as Kaldi computes it (into ``out`` when given).
 
     numpy, not torch: this runs in the data loader's reading threads, and a torch operator
@@ -78,5 +80,4 @@ def read_cmvn(rxfile: str | Path) -> np.ndarray:
     try:
         return read_matrix(rxfile).astype(np.float64, copy=False)
     except DataError as err:  # names rxfile and what is wrong with it
-        raise DataError(f"{rxfile}: cannot read CMVN stats ({err}); recompute the features") \
-            from None
+        raise DataError(f"{rxfile}: cannot read CMVN stats ({err}); recompute the features") from None

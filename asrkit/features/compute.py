@@ -40,9 +40,7 @@ class _JobResult:
     spk_stats: dict[str, np.ndarray]
 
 
-def _run_job(
-    job: int, items: list[tuple[str, str, str]], ark_path: str, cfg: FeatureConfig
-) -> _JobResult:
+def _run_job(job: int, items: list[tuple[str, str, str]], ark_path: str, cfg: FeatureConfig) -> _JobResult:
     """Extract features for ``items`` ``(utt, spk, wav entry)`` into one ark."""
     torch.set_num_threads(1)
     num_frames: dict[str, int] = {}
@@ -88,8 +86,9 @@ def compute_features_for_dir(
     chunks = [items[j::nj] for j in range(nj)]
     ark_paths = [str(feats_dir / f"raw_{cfg.kind}_{name}.{j + 1}.ark") for j in range(nj)]
     jobs = [(j, chunks[j], ark_paths[j], cfg) for j in range(nj)]
-    log.info("computing %s features for %d utterances of %s with %d job(s)",
-             cfg.kind, len(items), data_dir, nj)
+    log.info(
+        "computing %s features for %d utterances of %s with %d job(s)", cfg.kind, len(items), data_dir, nj
+    )
     try:
         if nj == 1:
             results = [_run_job(*jobs[0])]
@@ -123,6 +122,8 @@ def compute_features_for_dir(
     # feats.scp last: its presence says the feature files beside it are complete.
     write_kaldi_map(data_dir / "feats.scp", scp)
     if len(num_frames) != len(items):
-        raise DataError(f"{data_dir}: features written for {len(num_frames)} of {len(items)} "
-                        "utterances; rerun the feature stage")
+        raise DataError(
+            f"{data_dir}: features written for {len(num_frames)} of {len(items)} "
+            "utterances; rerun the feature stage"
+        )
     return num_frames

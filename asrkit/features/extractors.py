@@ -66,13 +66,9 @@ class FeatureConfig:
     def check(self) -> None:
         """Raise :class:`ConfigError` for values no extractor can use."""
         if self.kind not in EXTRACTORS:
-            raise ConfigError(
-                f"features.kind={self.kind!r} is unknown; choose one of {sorted(EXTRACTORS)}"
-            )
+            raise ConfigError(f"features.kind={self.kind!r} is unknown; choose one of {sorted(EXTRACTORS)}")
         if self.cmvn not in ("global", "speaker", "none"):
-            raise ConfigError(
-                f"features.cmvn={self.cmvn!r} is unknown; choose global, speaker or none"
-            )
+            raise ConfigError(f"features.cmvn={self.cmvn!r} is unknown; choose global, speaker or none")
         for name in ("sample_rate", "num_mel_bins", "nj", "frame_length_ms", "frame_shift_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"features.{name}={getattr(self, name)} must be positive")

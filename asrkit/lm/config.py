@@ -33,9 +33,11 @@ class LMConfig:
 
     def check(self) -> None:
         if self.order < 2:
-            raise ConfigError(f"lm.order={self.order}: the decoder's KenLM refuses unigram ARPA "
-                              "files; use lm.order >= 2")
-        if self.discounts and (len(self.discounts) != self.order or
-                               any(len(d) != 3 for d in self.discounts)):
-            raise ConfigError(f"lm.discounts needs {self.order} entries of [D1, D2, D3] "
-                              f"(one per order), got {self.discounts}")
+            raise ConfigError(
+                f"lm.order={self.order}: the decoder's KenLM refuses unigram ARPA files; use lm.order >= 2"
+            )
+        if self.discounts and (len(self.discounts) != self.order or any(len(d) != 3 for d in self.discounts)):
+            raise ConfigError(
+                f"lm.discounts needs {self.order} entries of [D1, D2, D3] "
+                f"(one per order), got {self.discounts}"
+            )

@@ -59,7 +59,7 @@ class NGramLM:
 
     def prob(self, word: str, context: Sequence[str] = ()) -> float:
         """``p(word | context)`` with back-off (the last ``order - 1`` context words count)."""
-        context = tuple(context)[-(self.order - 1):] if self.order > 1 else ()
+        context = tuple(context)[-(self.order - 1) :] if self.order > 1 else ()
         weight = 1.0
         while True:
             ngram = (*context, word)
@@ -91,9 +91,13 @@ def modified_discounts(count_of_counts: dict[int, int]) -> tuple[float, float, f
     return d  # type: ignore[return-value]
 
 
-def estimate_kneser_ney(sentences: Iterable[Sequence[str]], *, order: int = 3,
-                        discounts: Sequence[Sequence[float]] | None = None,
-                        vocabulary: Iterable[str] = ()) -> NGramLM:
+def estimate_kneser_ney(
+    sentences: Iterable[Sequence[str]],
+    *,
+    order: int = 3,
+    discounts: Sequence[Sequence[float]] | None = None,
+    vocabulary: Iterable[str] = (),
+) -> NGramLM:
     """Interpolated modified Kneser-Ney n-gram model of ``sentences`` (lists of words).
 
     Args:
@@ -106,16 +110,18 @@ def estimate_kneser_ney(sentences: Iterable[Sequence[str]], *, order: int = 3,
     if order < 1:
         raise ConfigError(f"lm.order={order} must be >= 1")
     if discounts is not None and len(discounts) != order:
-        raise ConfigError(f"lm.discounts has {len(discounts)} entries; give one (D1, D2, D3) per "
-                          f"order ({order})")
+        raise ConfigError(
+            f"lm.discounts has {len(discounts)} entries; give one (D1, D2, D3) per order ({order})"
+        )
     # raw[n - 1]: raw counts of order-n n-grams (the highest order, and <s>-initial ones).
     raw: list[dict[NGram, int]] = [defaultdict(int) for _ in range(order)]
     vocab = {EOS, UNK, *vocabulary}
     sentences_seen = 0
     for words in sentences:
         if any(w in (BOS, EOS) for w in words):
-            raise DataError(f"LM training sentence {' '.join(words)!r} contains {BOS} or {EOS}; "
-                            "pass the words only")
+            raise DataError(
+                f"LM training sentence {' '.join(words)!r} contains {BOS} or {EOS}; pass the words only"
+            )
         sentences_seen += 1
         vocab.update(words)
         padded = (BOS, *words, EOS)
@@ -125,7 +131,7 @@ def estimate_kneser_ney(sentences: Iterable[Sequence[str]], *, order: int = 3,
             for n in range(1, order + 1):
                 if i - n + 1 < 0:
                     break
-                ngram = padded[i - n + 1: i + 1]
+                ngram = padded[i - n + 1 : i + 1]
                 if n == order or ngram[0] == BOS:
                     raw[n - 1][ngram] += 1
     if not sentences_seen:
@@ -151,9 +157,13 @@ def estimate_kneser_ney(sentences: Iterable[Sequence[str]], *, order: int = 3,
                     coc[c] += 1
             d = modified_discounts(coc)
             if d is None:
-                log.info("order %d: count-of-counts t1..t4 = %s cannot give Kneser-Ney discounts; "
-                         "using the fallback %s", n, [coc.get(k, 0) for k in range(1, 5)],
-                         FALLBACK_DISCOUNTS)
+                log.info(
+                    "order %d: count-of-counts t1..t4 = %s cannot give Kneser-Ney discounts; "
+                    "using the fallback %s",
+                    n,
+                    [coc.get(k, 0) for k in range(1, 5)],
+                    FALLBACK_DISCOUNTS,
+                )
                 d = FALLBACK_DISCOUNTS
         lm.discounts.append(d)  # type: ignore[arg-type]
     _smooth(lm, counts, vocab)
@@ -252,11 +262,13 @@ def read_arpa(path: str | Path) -> NGramLM:
         fields = line.split()
         if section == 0 or len(fields) not in (section + 1, section + 2):
             raise DataError(f"{path}:{number}: not an ARPA line: {line[:80]!r}")
-        ngram = tuple(fields[1: section + 1])
+        ngram = tuple(fields[1 : section + 1])
         probs[-1][ngram] = 0.0 if float(fields[0]) <= LOG_ZERO else 10 ** float(fields[0])
         if len(fields) == section + 2:
             backoffs[-1][ngram] = 10 ** float(fields[-1])
     if not probs or any(len(probs[n - 1]) != c for n, c in expected.items()):
-        raise DataError(f"{path}: the n-gram counts in \\data\\ ({expected}) do not match the "
-                        "sections; the file is truncated or not ARPA")
+        raise DataError(
+            f"{path}: the n-gram counts in \\data\\ ({expected}) do not match the "
+            "sections; the file is truncated or not ARPA"
+        )
     return NGramLM(order=len(probs), probs=probs, backoffs=backoffs)

@@ -58,22 +58,49 @@ class LSTMAcousticModel(nn.Module):
         num_classes: see :class:`ModelConfig`.
     """
 
-    def __init__(self, input_dim: int, num_tokens: int, *, hidden: int, layers: int,
-                 bidirectional: bool = True, bottleneck: int = 0, stack: int = 1,
-                 subsample: int = 1, dropout: float = 0.0, num_classes: int = 0) -> None:
+    def __init__(
+        self,
+        input_dim: int,
+        num_tokens: int,
+        *,
+        hidden: int,
+        layers: int,
+        bidirectional: bool = True,
+        bottleneck: int = 0,
+        stack: int = 1,
+        subsample: int = 1,
+        dropout: float = 0.0,
+        num_classes: int = 0,
+    ) -> None:
         super().__init__()
         if stack < 1 or subsample < 1 or hidden < 1 or layers < 1:
-            raise ConfigError(f"model sizes must be positive (hidden={hidden}, layers={layers}, "
-                              f"stack={stack}, subsample={subsample})")
+            raise ConfigError(
+                f"model sizes must be positive (hidden={hidden}, layers={layers}, "
+                f"stack={stack}, subsample={subsample})"
+            )
         self.input_dim, self.num_tokens, self.num_classes = input_dim, num_tokens, num_classes
         #: Constructor arguments, saved in checkpoints so the model rebuilds without a config.
-        self.args = {"input_dim": input_dim, "num_tokens": num_tokens, "hidden": hidden,
-                     "layers": layers, "bidirectional": bidirectional, "bottleneck": bottleneck,
-                     "stack": stack, "subsample": subsample, "dropout": dropout,
-                     "num_classes": num_classes}
+        self.args = {
+            "input_dim": input_dim,
+            "num_tokens": num_tokens,
+            "hidden": hidden,
+            "layers": layers,
+            "bidirectional": bidirectional,
+            "bottleneck": bottleneck,
+            "stack": stack,
+            "subsample": subsample,
+            "dropout": dropout,
+            "num_classes": num_classes,
+        }
         self.stack, self.subsample = stack, subsample
-        self.lstm = nn.LSTM(input_dim * stack, hidden, num_layers=layers, batch_first=True,
-                            bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0)
+        self.lstm = nn.LSTM(
+            input_dim * stack,
+            hidden,
+            num_layers=layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if layers > 1 else 0.0,
+        )
         width = hidden * (2 if bidirectional else 1)
         self.dropout = nn.Dropout(dropout)
         self.bottleneck = nn.Linear(width, bottleneck) if bottleneck > 0 else None
@@ -90,15 +117,16 @@ class LSTMAcousticModel(nn.Module):
         if self.stack > 1:
             pad = feats[:, -1:, :].expand(-1, self.stack - 1, -1)
             padded = torch.cat([feats, pad], dim=1)
-            feats = torch.cat([padded[:, k:k + feats.shape[1]] for k in range(self.stack)], dim=2)
-        return feats[:, ::self.subsample]
+            feats = torch.cat([padded[:, k : k + feats.shape[1]] for k in range(self.stack)], dim=2)
+        return feats[:, :: self.subsample]
 
     def encode(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder output ``(B, T', D)`` and lengths ``(B,)`` for features ``(B, T, F)``."""
         x = self._stack(feats)
         out_lengths = self.output_lengths(lengths)
-        packed = nn.utils.rnn.pack_padded_sequence(x, out_lengths.cpu(), batch_first=True,
-                                                   enforce_sorted=False)
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, out_lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
         y, _ = self.lstm(packed)
         y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
         y = self.dropout(y)
@@ -131,31 +159,32 @@ def blstm_tiny() -> dict:
 
 def blstm_demo() -> dict:
     """The ``make demo`` model: 3 BLSTM layers x 192 cells, stack/subsample 3 (~2.6M params)."""
-    return {"hidden": 192, "layers": 3, "bottleneck": 0, "stack": 3, "subsample": 3,
-            "dropout": 0.2}
+    return {"hidden": 192, "layers": 3, "bottleneck": 0, "stack": 3, "subsample": 3, "dropout": 0.2}
 
 
 def blstm_large() -> dict:
     """The larger AN4 model: 4 BLSTM layers x 256 cells, stack/subsample 3 (~5.7M params)."""
-    return {"hidden": 256, "layers": 4, "bottleneck": 0, "stack": 3, "subsample": 3,
-            "dropout": 0.3}
+    return {"hidden": 256, "layers": 4, "bottleneck": 0, "stack": 3, "subsample": 3, "dropout": 0.3}
 
 
 def blstm_paper() -> dict:
     """The IBM Switchboard size: 6 BLSTM layers x 512 cells per direction, 256 bottleneck."""
-    return {"hidden": 512, "layers": 6, "bottleneck": 256, "stack": 1, "subsample": 1,
-            "dropout": 0.0}
+    return {"hidden": 512, "layers": 6, "bottleneck": 256, "stack": 1, "subsample": 1, "dropout": 0.0}
 
 
 MODEL_SIZES: dict[str, Callable[[], dict]] = {
-    "tiny": blstm_tiny, "demo": blstm_demo, "large": blstm_large, "paper": blstm_paper,
+    "tiny": blstm_tiny,
+    "demo": blstm_demo,
+    "large": blstm_large,
+    "paper": blstm_paper,
 }
 
 
 def build_model(cfg: ModelConfig, *, input_dim: int, num_tokens: int) -> LSTMAcousticModel:
     """The model named by ``cfg.size`` with ``cfg``'s explicit overrides applied."""
-    return LSTMAcousticModel(input_dim, num_tokens, bidirectional=cfg.bidirectional,
-                             num_classes=cfg.num_classes, **model_args(cfg))
+    return LSTMAcousticModel(
+        input_dim, num_tokens, bidirectional=cfg.bidirectional, num_classes=cfg.num_classes, **model_args(cfg)
+    )
 
 
 def model_args(cfg: ModelConfig) -> dict:

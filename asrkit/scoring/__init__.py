@@ -19,5 +19,13 @@ from asrkit.scoring.wer import (
     write_scoring_dir,
 )
 
-__all__ = ["ErrorCounts", "ScoreResult", "align_words", "read_text", "score_files", "score_texts",
-           "summary", "write_scoring_dir"]
+__all__ = [
+    "ErrorCounts",
+    "ScoreResult",
+    "align_words",
+    "read_text",
+    "score_files",
+    "score_texts",
+    "summary",
+    "write_scoring_dir",
+]

@@ -34,8 +34,9 @@ Op = tuple[str, str | None, str | None]  # ("C"|"S"|"I"|"D", ref word, hyp word)
 Counts = tuple[int, int, int, int]
 
 
-def align(ref: Sequence[str] | str, hyp: Sequence[str] | str, *, weights: str = "sclite",
-          ops: bool = True) -> tuple[Counts, list[Op] | None]:
+def align(
+    ref: Sequence[str] | str, hyp: Sequence[str] | str, *, weights: str = "sclite", ops: bool = True
+) -> tuple[Counts, list[Op] | None]:
     """The counts of :func:`align_words`'s alignment and, with ``ops``, the alignment.
 
     ``ref`` and ``hyp`` are token sequences, or two ``str`` aligned character by character.

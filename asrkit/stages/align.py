@@ -43,15 +43,21 @@ def _align_sets(ctx: StageContext) -> list[tuple[str, Path]]:
     return resolve_sets(ctx, ctx.cfg.align.sets or [ctx.cfg.data.train_set, ctx.cfg.data.dev_set])
 
 
-@stage(6, "align", "force-align the training and dev sets with the CTC model into Kaldi "
-       "alignment dirs ali_<set>/", uses=("align",), needs=(4,),
-       outputs=lambda ctx: [ctx.exp_dir / f"ali_{name}" for name, _ in _align_sets(ctx)])
+@stage(
+    6,
+    "align",
+    "force-align the training and dev sets with the CTC model into Kaldi alignment dirs ali_<set>/",
+    uses=("align",),
+    needs=(4,),
+    outputs=lambda ctx: [ctx.exp_dir / f"ali_{name}" for name, _ in _align_sets(ctx)],
+)
 def align(ctx: StageContext) -> None:
     cfg = ctx.cfg.align
     recognizer = stage_recognizer(ctx, cfg.model)
     if recognizer.decode_head != "ctc":
-        log.info("stage 6 skipped: %s is a CE model; alignments come from a CTC model",
-                 ctx.exp_dir / cfg.model)
+        log.info(
+            "stage 6 skipped: %s is a CE model; alignments come from a CTC model", ctx.exp_dir / cfg.model
+        )
         return
     model = recognizer.model
     num_classes = model.num_tokens + 1
@@ -69,30 +75,49 @@ def align(ctx: StageContext) -> None:
             else:
                 alignments[utt] = path
         if len(failed) > cfg.max_missing * len(utts):
-            raise DataError(f"{data_dir}: {len(failed)} of {len(utts)} utterances have fewer "
-                            f"frames than their transcript needs (first: {', '.join(failed[:5])}); "
-                            "check their transcripts, or allow them with align.max_missing")
-        out_dir = write_alignment_dir(ctx.exp_dir / f"ali_{name}", alignments,
-                                      subsampling_factor=model.subsample, num_classes=num_classes,
-                                      tokenizer_dir=ctx.exp_dir / recognizer.meta["tokenizer"])
+            raise DataError(
+                f"{data_dir}: {len(failed)} of {len(utts)} utterances have fewer "
+                f"frames than their transcript needs (first: {', '.join(failed[:5])}); "
+                "check their transcripts, or allow them with align.max_missing"
+            )
+        out_dir = write_alignment_dir(
+            ctx.exp_dir / f"ali_{name}",
+            alignments,
+            subsampling_factor=model.subsample,
+            num_classes=num_classes,
+            tokenizer_dir=ctx.exp_dir / recognizer.meta["tokenizer"],
+        )
         frames = sum(a.size for a in alignments.values())
-        log.info("%s: %d utterances aligned (%d frames, %d classes)%s -> %s", name,
-                 len(alignments), frames, num_classes,
-                 f", {len(failed)} too short left out ({', '.join(failed[:5])})" if failed else "",
-                 out_dir)
+        log.info(
+            "%s: %d utterances aligned (%d frames, %d classes)%s -> %s",
+            name,
+            len(alignments),
+            frames,
+            num_classes,
+            f", {len(failed)} too short left out ({', '.join(failed[:5])})" if failed else "",
+            out_dir,
+        )
 
 
-@stage(7, "loglikes", "per-frame log posterior - log prior of the dev and test sets as Kaldi "
-       "matrices (for latgen-faster-mapped)", needs=(4,),
-       outputs=lambda ctx: [ctx.exp_dir / f"loglikes_{name}" / "loglikes.scp"
-                            for name, _ in decode_targets(ctx)])
+@stage(
+    7,
+    "loglikes",
+    "per-frame log posterior - log prior of the dev and test sets as Kaldi "
+    "matrices (for latgen-faster-mapped)",
+    needs=(4,),
+    outputs=lambda ctx: [
+        ctx.exp_dir / f"loglikes_{name}" / "loglikes.scp" for name, _ in decode_targets(ctx)
+    ],
+)
 def loglikes(ctx: StageContext) -> None:
     recognizer = stage_recognizer(ctx, ctx.cfg.decode.model)
     head = "frame" if recognizer.meta.get("objective", "ctc") == "ce" else "ctc"
     source = alignment_source(ctx.cfg, ctx.exp_dir, "train")
     if not ctx.cfg.align.train and not Path(source).is_dir():
-        raise ConfigError(f"{source}: no training alignments to count class priors from; run "
-                          "the forced-alignment stage (stage 6) or set align.train")
+        raise ConfigError(
+            f"{source}: no training alignments to count class priors from; run "
+            "the forced-alignment stage (stage 6) or set align.train"
+        )
     model = recognizer.model
     num_classes = model.num_classes if head == "frame" else model.num_tokens + 1
     counts = class_counts(read_alignments(source), num_classes)
@@ -107,6 +132,11 @@ def loglikes(ctx: StageContext) -> None:
             mats[utt] = (posteriors - priors).numpy()
         scp = write_ark(out_dir / "loglikes.ark", ((u, mats[u]) for u in sorted(mats)))
         write_kaldi_map(out_dir / "loglikes.scp", scp)
-        log.info("%s: log-likelihoods of %d utterances (%d frames x %d classes) in %s", name,
-                 len(mats), sum(m.shape[0] for m in mats.values()), num_classes,
-                 out_dir / "loglikes.ark")
+        log.info(
+            "%s: log-likelihoods of %d utterances (%d frames x %d classes) in %s",
+            name,
+            len(mats),
+            sum(m.shape[0] for m in mats.values()),
+            num_classes,
+            out_dir / "loglikes.ark",
+        )

@@ -20,22 +20,31 @@ def load_prep_module(script: str) -> ModuleType:
     """Import the recipe's corpus preparation script (``data.prep_script``)."""
     path = Path(script)
     if not path.is_file():
-        raise ConfigError(f"data.prep_script={script}: file not found; point it at the "
-                          "recipe's data preparation script")
+        raise ConfigError(
+            f"data.prep_script={script}: file not found; point it at the recipe's data preparation script"
+        )
     spec = importlib.util.spec_from_file_location(f"asrkit_prep_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     for name in ("corpus_present", "prepare"):
         if not hasattr(module, name):
-            raise ConfigError(f"{path}: defines no {name}(); a prep script needs "
-                              "corpus_present(corpus_dir) and prepare(corpus_dir, data_root, "
-                              "*, num_dev, train_set, dev_set, test_sets)")
+            raise ConfigError(
+                f"{path}: defines no {name}(); a prep script needs "
+                "corpus_present(corpus_dir) and prepare(corpus_dir, data_root, "
+                "*, num_dev, train_set, dev_set, test_sets)"
+            )
     return module
 
 
-@stage(0, "download", "download the corpus unless data.corpus_dir already holds it",
-       uses=("data",), shared=True, record=False)
+@stage(
+    0,
+    "download",
+    "download the corpus unless data.corpus_dir already holds it",
+    uses=("data",),
+    shared=True,
+    record=False,
+)
 def download(ctx: StageContext) -> None:
     if imported(ctx.cfg.data.import_dirs):
         log.info("data.import_dirs: the sets are existing Kaldi data dirs; nothing to download")
@@ -46,17 +55,27 @@ def download(ctx: StageContext) -> None:
         log.info("corpus found in %s; skipping download", corpus_dir)
         return
     if not ctx.cfg.data.url:
-        raise ConfigError(f"{corpus_dir} holds no {ctx.cfg.data.corpus} corpus and data.url is "
-                          "empty; set data.corpus_dir to your copy or data.url to an archive")
+        raise ConfigError(
+            f"{corpus_dir} holds no {ctx.cfg.data.corpus} corpus and data.url is "
+            "empty; set data.corpus_dir to your copy or data.url to an archive"
+        )
     download_corpus(ctx.cfg.data.url, corpus_dir)
     if not prep.corpus_present(corpus_dir):
-        raise DataError(f"{ctx.cfg.data.url} unpacked to {corpus_dir} but it does not look like "
-                        f"the {ctx.cfg.data.corpus} corpus; check data.url")
+        raise DataError(
+            f"{ctx.cfg.data.url} unpacked to {corpus_dir} but it does not look like "
+            f"the {ctx.cfg.data.corpus} corpus; check data.url"
+        )
 
 
-@stage(1, "data", "write Kaldi data dirs (the train, dev and test sets) and validate them",
-       uses=("data", "data_root"), needs=(0,), shared=True,
-       outputs=lambda ctx: [ctx.data_root / s / "text" for s in ctx.cfg.data.all_sets])
+@stage(
+    1,
+    "data",
+    "write Kaldi data dirs (the train, dev and test sets) and validate them",
+    uses=("data", "data_root"),
+    needs=(0,),
+    shared=True,
+    outputs=lambda ctx: [ctx.data_root / s / "text" for s in ctx.cfg.data.all_sets],
+)
 def prepare(ctx: StageContext) -> None:
     if imported(ctx.cfg.data.import_dirs):
         import_data_dirs(imported(ctx.cfg.data.import_dirs), ctx.cfg.data.all_sets, ctx.data_root)
@@ -64,21 +83,28 @@ def prepare(ctx: StageContext) -> None:
     prep = load_prep_module(ctx.cfg.data.prep_script)
     corpus_dir = Path(ctx.cfg.data.corpus_dir)
     if not prep.corpus_present(corpus_dir):
-        raise DataError(f"{corpus_dir}: no {ctx.cfg.data.corpus} corpus here; run stage 0 to "
-                        "download it or set data.corpus_dir")
-    prep.prepare(corpus_dir, ctx.data_root, num_dev=ctx.cfg.data.num_dev,
-                 train_set=ctx.cfg.data.train_set, dev_set=ctx.cfg.data.dev_set,
-                 test_sets=list(ctx.cfg.data.test_sets))
+        raise DataError(
+            f"{corpus_dir}: no {ctx.cfg.data.corpus} corpus here; run stage 0 to "
+            "download it or set data.corpus_dir"
+        )
+    prep.prepare(
+        corpus_dir,
+        ctx.data_root,
+        num_dev=ctx.cfg.data.num_dev,
+        train_set=ctx.cfg.data.train_set,
+        dev_set=ctx.cfg.data.dev_set,
+        test_sets=list(ctx.cfg.data.test_sets),
+    )
     for name in ctx.cfg.data.all_sets:
         data = validate_data_dir(ctx.data_root / name)
-        log.info("%s: %d utterances, %d speakers", ctx.data_root / name, len(data.utt_ids),
-                 len(data.spk2utt))
+        log.info("%s: %d utterances, %d speakers", ctx.data_root / name, len(data.utt_ids), len(data.spk2utt))
 
 
 #: What a data dir prepared elsewhere brings along that this recipe makes itself (features
 #: under its own ``fbank/``): left behind when the dir is imported.
-_FEATURE_FILES = frozenset({"feats.scp", "cmvn.scp", "utt2num_frames", "frame_shift", "feats.yaml",
-                            "cmvn_global.ark"})
+_FEATURE_FILES = frozenset(
+    {"feats.scp", "cmvn.scp", "utt2num_frames", "frame_shift", "feats.yaml", "cmvn_global.ark"}
+)
 
 
 def imported(dirs: dict[str, str]) -> dict[str, str]:
@@ -99,17 +125,23 @@ def import_data_dirs(dirs: dict[str, str], sets: list[str], data_root: Path) -> 
     """
     missing = [name for name in sets if name not in dirs]
     if missing:
-        raise ConfigError(f"data.import_dirs lists {sorted(dirs)} but the recipe uses the set(s) "
-                          f"{missing} too; add them (data.import_dirs.{missing[0]}=/path/to/dir) "
-                          "or change data.train_set / data.dev_set / data.test_sets")
+        raise ConfigError(
+            f"data.import_dirs lists {sorted(dirs)} but the recipe uses the set(s) "
+            f"{missing} too; add them (data.import_dirs.{missing[0]}=/path/to/dir) "
+            "or change data.train_set / data.dev_set / data.test_sets"
+        )
     for name in sets:
         source, target = Path(dirs[name]).expanduser().resolve(), data_root / name
         if not (source / "wav.scp").is_file():
-            raise DataError(f"data.import_dirs.{name}={dirs[name]}: no wav.scp there; give a Kaldi "
-                            "data dir (e.g. egs/swbd/s5c/data/train_nodup)")
+            raise DataError(
+                f"data.import_dirs.{name}={dirs[name]}: no wav.scp there; give a Kaldi "
+                "data dir (e.g. egs/swbd/s5c/data/train_nodup)"
+            )
         if target.resolve() == source:
-            raise ConfigError(f"data.import_dirs.{name}={dirs[name]} is this recipe's own "
-                              f"{target}; import from another directory")
+            raise ConfigError(
+                f"data.import_dirs.{name}={dirs[name]} is this recipe's own "
+                f"{target}; import from another directory"
+            )
         staging = target.with_name(f".{name}.importing")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
@@ -122,9 +154,16 @@ def import_data_dirs(dirs: dict[str, str], sets: list[str], data_root: Path) -> 
             data = validate_data_dir(staging)
         except DataError as err:
             shutil.rmtree(staging)
-            raise DataError(f"data.import_dirs.{name}: {str(err).replace(str(staging), str(source))}") \
-                from None
+            raise DataError(
+                f"data.import_dirs.{name}: {str(err).replace(str(staging), str(source))}"
+            ) from None
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
-        log.info("%s: imported from %s (%s): %d utterances, %d speakers", target, source,
-                 " ".join(copied), len(data.utt_ids), len(data.spk2utt))
+        log.info(
+            "%s: imported from %s (%s): %d utterances, %d speakers",
+            target,
+            source,
+            " ".join(copied),
+            len(data.utt_ids),
+            len(data.spk2utt),
+        )

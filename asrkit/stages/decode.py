@@ -50,8 +50,10 @@ def prepared_set(ctx: StageContext, name: str, path: Path) -> Path:
     if not hasattr(prep, "prepare_set"):
         return path
     if not path.is_dir():
-        raise DataError(f"decode.sets: {path} is not a directory; give a data dir laid out like "
-                        f"the {ctx.cfg.data.corpus} release's")
+        raise DataError(
+            f"decode.sets: {path} is not a directory; give a data dir laid out like "
+            f"the {ctx.cfg.data.corpus} release's"
+        )
     target = ctx.data_root / name
     prep.prepare_set(path, target)
     log.info("%s: prepared from %s by %s", target, path, ctx.cfg.data.prep_script)
@@ -61,8 +63,12 @@ def prepared_set(ctx: StageContext, name: str, path: Path) -> Path:
 def stage_recognizer(ctx: StageContext, model: str) -> Recognizer:
     """The experiment's ``model`` bundle as a :class:`Recognizer` on the configured device."""
     check_exp_dir(ctx.exp_dir, model)
-    return Recognizer(ctx.exp_dir, model=model, device=pick_device(ctx.cfg.train.device),
-                      max_frames=ctx.cfg.decode.max_frames)
+    return Recognizer(
+        ctx.exp_dir,
+        model=model,
+        device=pick_device(ctx.cfg.train.device),
+        max_frames=ctx.cfg.decode.max_frames,
+    )
 
 
 def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
@@ -84,24 +90,36 @@ def show_results(ctx: StageContext) -> None:
             _report(name, label, (folder / "scoring" / "wer").read_text().splitlines()[0], folder)
 
 
-@stage(5, "decode", "greedy CTC decoding, plus beam search with the lexicon and LM tuned on dev "
-       "(decode=beam_lm); hyp and scoring/ in decode_[<method>_]<set>/", uses=("decode",),
-       needs=(4,), on_skip=show_results,
-       outputs=lambda ctx: [ctx.exp_dir / f"decode_{name}" / "hyp" for name, _ in decode_targets(ctx)])
+@stage(
+    5,
+    "decode",
+    "greedy CTC decoding, plus beam search with the lexicon and LM tuned on dev "
+    "(decode=beam_lm); hyp and scoring/ in decode_[<method>_]<set>/",
+    uses=("decode",),
+    needs=(4,),
+    on_skip=show_results,
+    outputs=lambda ctx: [ctx.exp_dir / f"decode_{name}" / "hyp" for name, _ in decode_targets(ctx)],
+)
 def decode(ctx: StageContext) -> None:
     cfg = ctx.cfg.decode
     recognizer = stage_recognizer(ctx, cfg.model)
     if recognizer.decode_head is None:
-        log.info("stage 5 skipped: %s has Kaldi pdf-id classes; use stage 7's log-likelihoods",
-                 ctx.exp_dir / cfg.model)
+        log.info(
+            "stage 5 skipped: %s has Kaldi pdf-id classes; use stage 7's log-likelihoods",
+            ctx.exp_dir / cfg.model,
+        )
         return
     targets = [(name, prepared_set(ctx, name, path)) for name, path in decode_targets(ctx)]
     posteriors = {}
     for name, data_dir in targets:
         posteriors[name] = recognizer.posteriors(recognizer.data_dir_utterances(data_dir))
         hyp = {utt: recognizer.greedy(lp) for utt, lp in posteriors[name]}
-        _report(name, "greedy", write_and_score(hyp, data_dir, ctx.exp_dir / f"decode_{name}"),
-                ctx.exp_dir / f"decode_{name}")
+        _report(
+            name,
+            "greedy",
+            write_and_score(hyp, data_dir, ctx.exp_dir / f"decode_{name}"),
+            ctx.exp_dir / f"decode_{name}",
+        )
     if cfg.method == "greedy":
         return
     lexicon = lm = None
@@ -109,21 +127,33 @@ def decode(ctx: StageContext) -> None:
         lexicon, lm = ctx.exp_dir / "lang" / "lexicon.txt", ctx.exp_dir / "lang" / "lm.arpa"
         for path in (lexicon, lm):
             if not path.is_file():
-                raise ConfigError(f"{path}: not found; run stage 3 (lang) for this experiment, or "
-                                  "decode with decode=greedy")
+                raise ConfigError(
+                    f"{path}: not found; run stage 3 (lang) for this experiment, or decode with decode=greedy"
+                )
     lm_weights, word_scores = (cfg.lm_weights, cfg.word_scores) if lm else ([0.0], [0.0])
     grid = list(itertools.product(lm_weights, word_scores))
     chosen = grid[0]
     if len(grid) > 1:
         chosen = _tune(ctx, recognizer, lexicon, lm, grid, posteriors)
-    search = BeamSearch(recognizer.tokenizer, lexicon=lexicon, lm=lm, beam_size=cfg.beam_size,
-                        beam_threshold=cfg.beam_threshold, lm_weight=chosen[0],
-                        word_score=chosen[1])
+    search = BeamSearch(
+        recognizer.tokenizer,
+        lexicon=lexicon,
+        lm=lm,
+        beam_size=cfg.beam_size,
+        beam_threshold=cfg.beam_threshold,
+        lm_weight=chosen[0],
+        word_score=chosen[1],
+    )
     # What asrkit transcribe uses by default: the search as tuned here.
-    settings = DecodeSettings(method=cfg.method, beam_size=cfg.beam_size,
-                              beam_threshold=cfg.beam_threshold, lm_weight=chosen[0],
-                              word_score=chosen[1], model=cfg.model,
-                              tuned_on=cfg.tune_set or ctx.cfg.data.dev_set if len(grid) > 1 else "")
+    settings = DecodeSettings(
+        method=cfg.method,
+        beam_size=cfg.beam_size,
+        beam_threshold=cfg.beam_threshold,
+        lm_weight=chosen[0],
+        word_score=chosen[1],
+        model=cfg.model,
+        tuned_on=cfg.tune_set or ctx.cfg.data.dev_set if len(grid) > 1 else "",
+    )
     settings.save(ctx.exp_dir)
     known = lexicon_words(lexicon) if lexicon else None
     for name, data_dir in targets:
@@ -131,24 +161,38 @@ def decode(ctx: StageContext) -> None:
         if known is not None and (data_dir / "text").is_file():
             ref = [w for words in read_text(data_dir / "text").values() for w in words]
             oov = sorted({w for w in ref if w not in known})
-            log.info("%s: %d of %d reference words (%.2f%%) are not in the lexicon%s", name,
-                     sum(w not in known for w in ref), len(ref),
-                     100.0 * sum(w not in known for w in ref) / max(len(ref), 1),
-                     f" ({', '.join(oov[:10])}); the decoder cannot output them" if oov else "")
+            log.info(
+                "%s: %d of %d reference words (%.2f%%) are not in the lexicon%s",
+                name,
+                sum(w not in known for w in ref),
+                len(ref),
+                100.0 * sum(w not in known for w in ref) / max(len(ref), 1),
+                f" ({', '.join(oov[:10])}); the decoder cannot output them" if oov else "",
+            )
         hyp = {utt: search(lp) for utt, lp in posteriors[name]}
         setting = f"lm_weight={chosen[0]:g} word_score={chosen[1]:g} beam_size={cfg.beam_size}"
         atomic_write(out_dir / "setting", setting + "\n")
-        _report(name, f"{cfg.method}, {setting}" if lm else cfg.method,
-                write_and_score(hyp, data_dir, out_dir), out_dir)
+        _report(
+            name,
+            f"{cfg.method}, {setting}" if lm else cfg.method,
+            write_and_score(hyp, data_dir, out_dir),
+            out_dir,
+        )
 
 
-def _tune(ctx: StageContext, recognizer: Recognizer, lexicon: Path | None, lm: Path | None,
-          grid: list[tuple[float, float]], posteriors: dict) -> tuple[float, float]:
+def _tune(
+    ctx: StageContext,
+    recognizer: Recognizer,
+    lexicon: Path | None,
+    lm: Path | None,
+    grid: list[tuple[float, float]],
+    posteriors: dict,
+) -> tuple[float, float]:
     """Decode the tune set with every grid point; write ``wer_<w>_<s>`` files and
     ``best_wer``; return the best ``(lm weight, word score)``."""
     cfg = ctx.cfg.decode
     tune = cfg.tune_set or ctx.cfg.data.dev_set
-    (name, data_dir), = resolve_sets(ctx, [tune])
+    ((name, data_dir),) = resolve_sets(ctx, [tune])
     if not (data_dir / "text").is_file():
         raise DataError(f"{data_dir}/text: not found; decode.tune_set needs transcripts")
     if name not in posteriors:
@@ -157,17 +201,24 @@ def _tune(ctx: StageContext, recognizer: Recognizer, lexicon: Path | None, lm: P
     out_dir = ctx.exp_dir / f"decode_{cfg.method}_{name}"
     results = []
     for lm_weight, word_score in grid:
-        search = BeamSearch(recognizer.tokenizer, lexicon=lexicon, lm=lm, beam_size=cfg.beam_size,
-                            beam_threshold=cfg.beam_threshold, lm_weight=lm_weight,
-                            word_score=word_score)
+        search = BeamSearch(
+            recognizer.tokenizer,
+            lexicon=lexicon,
+            lm=lm,
+            beam_size=cfg.beam_size,
+            beam_threshold=cfg.beam_threshold,
+            lm_weight=lm_weight,
+            word_score=word_score,
+        )
         hyp = {utt: search(lp).split() for utt, lp in posteriors[name]}
         words = score_texts(ref, hyp).words
         atomic_write(out_dir / f"wer_{lm_weight:g}_{word_score:g}", words.kaldi_line() + "\n")
         results.append((words.wer, words.errors, lm_weight, word_score, words.kaldi_line()))
     best = min(results, key=lambda r: (r[1], r[2], r[3]))  # fewest errors; ties: lower weights
     atomic_write(out_dir / "best_wer", f"{best[4]} {out_dir / f'wer_{best[2]:g}_{best[3]:g}'}\n")
-    log.info("%s: best of %d settings: lm_weight=%g word_score=%g, %s", name, len(grid), best[2],
-             best[3], best[4])
+    log.info(
+        "%s: best of %d settings: lm_weight=%g word_score=%g, %s", name, len(grid), best[2], best[3], best[4]
+    )
     return best[2], best[3]
 
 

@@ -24,14 +24,18 @@ from asrkit.targets.tokenizer import train_tokenizer
 log = logging.getLogger(__name__)
 
 
-@stage(3, "lang", "tokenizer (char/unigram/bpe/phone), lexicon and Kneser-Ney word n-gram LM from the "
-       "training transcripts", uses=("tokenizer", "lm"), needs=(1,),
-       outputs=lambda ctx: [ctx.exp_dir / "tokenizer" / "units.txt", ctx.exp_dir / "lang" / "lm.arpa"])
+@stage(
+    3,
+    "lang",
+    "tokenizer (char/unigram/bpe/phone), lexicon and Kneser-Ney word n-gram LM from the training transcripts",
+    uses=("tokenizer", "lm"),
+    needs=(1,),
+    outputs=lambda ctx: [ctx.exp_dir / "tokenizer" / "units.txt", ctx.exp_dir / "lang" / "lm.arpa"],
+)
 def lang(ctx: StageContext) -> None:
     data = read_data_dir(ctx.data_root / ctx.cfg.data.train_set)
     assert data.text is not None
-    tokenizer = train_tokenizer(data.text, ctx.exp_dir / "tokenizer", ctx.cfg.tokenizer,
-                                seed=ctx.cfg.seed)
+    tokenizer = train_tokenizer(data.text, ctx.exp_dir / "tokenizer", ctx.cfg.tokenizer, seed=ctx.cfg.seed)
     cfg = ctx.cfg.lm
     sentences: list[list[str]] = []
     for name, data_dir in resolve_sets(ctx, cfg.sets or [ctx.cfg.data.train_set]):
@@ -51,14 +55,21 @@ def lang(ctx: StageContext) -> None:
     extra = lexicon_words(cfg.extra_words) - words if cfg.extra_words else set()
     count = write_lexicon(lang_dir / "lexicon.txt", words | extra, tokenizer)
     if extra:
-        log.info("lexicon: %d more words from lm.extra_words=%s (not in the LM text: scored "
-                 "as <unk>)", len(extra), cfg.extra_words)
+        log.info(
+            "lexicon: %d more words from lm.extra_words=%s (not in the LM text: scored as <unk>)",
+            len(extra),
+            cfg.extra_words,
+        )
     lm = estimate_kneser_ney(sentences, order=cfg.order, discounts=cfg.discounts or None)
     write_arpa(lm, lang_dir / "lm.arpa")
     dev = read_data_dir(ctx.data_root / ctx.cfg.data.dev_set).text or {}
-    log.info("lexicon: %d words; %d-gram LM: %s; dev perplexity %.2f, OOV rate %.2f%%", count,
-             cfg.order, lang_dir / "lm.arpa", *perplexity(lm, [t.split() for t in dev.values()],
-                                                            words))
+    log.info(
+        "lexicon: %d words; %d-gram LM: %s; dev perplexity %.2f, OOV rate %.2f%%",
+        count,
+        cfg.order,
+        lang_dir / "lm.arpa",
+        *perplexity(lm, [t.split() for t in dev.values()], words),
+    )
 
 
 def perplexity(lm: NGramLM, sentences: list[list[str]], vocabulary: set[str]) -> tuple[float, float]:

@@ -28,9 +28,11 @@ def main(argv: list[str]) -> int:
     try:
         cfg = load_saved(config)
         dctx = context_from_env(pick_device(cfg.train.device), backend=cfg.strategy.backend)
-        logging.basicConfig(level=logging.INFO,
-                            format=f"%(asctime)s %(levelname)s [learner {dctx.rank}] %(name)s: "
-                            "%(message)s", datefmt="%Y-%m-%d %H:%M:%S")
+        logging.basicConfig(
+            level=logging.INFO,
+            format=f"%(asctime)s %(levelname)s [learner {dctx.rank}] %(name)s: %(message)s",
+            datefmt="%Y-%m-%d %H:%M:%S",
+        )
         train_learner(cfg, data_root=Path(cfg.data_root), exp_dir=Path(cfg.exp_dir), dctx=dctx)
     except UserError as err:
         print(f"asrkit: error: {err}", file=sys.stderr)
@@ -40,15 +42,29 @@ def main(argv: list[str]) -> int:
             raise  # a bug, not a peer's failure: keep the traceback
         # Usually the consequence of another learner dying: say so in one line.
         first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
-        print(f"asrkit: error: learner {launched_rank()}: communication failed "
-              f"({first}); look for the first learner that failed in the log", file=sys.stderr)
+        print(
+            f"asrkit: error: learner {launched_rank()}: communication failed "
+            f"({first}); look for the first learner that failed in the log",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
 
 #: What torch.distributed's RuntimeErrors say when a peer died or a collective timed out.
-_COMMUNICATION = ("gloo", "nccl", "c10d", "processgroup", "connection closed", "connection reset",
-                  "connection refused", "broken pipe", "timed out", "timeout", "socket")
+_COMMUNICATION = (
+    "gloo",
+    "nccl",
+    "c10d",
+    "processgroup",
+    "connection closed",
+    "connection reset",
+    "connection refused",
+    "broken pipe",
+    "timed out",
+    "timeout",
+    "socket",
+)
 
 
 def is_communication_error(err: BaseException) -> bool:

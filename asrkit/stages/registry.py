@@ -61,17 +61,26 @@ class Stage:
 STAGES: dict[int, Stage] = {}
 
 
-def stage(number: int, name: str, description: str, *, uses: Sequence[str] = (),
-          needs: Sequence[int] = (), shared: bool = False, record: bool = True,
-          on_skip: Callable[[StageContext], None] | None = None,
-          outputs: Callable[[StageContext], list[Path]] | None = None) -> Callable:
+def stage(
+    number: int,
+    name: str,
+    description: str,
+    *,
+    uses: Sequence[str] = (),
+    needs: Sequence[int] = (),
+    shared: bool = False,
+    record: bool = True,
+    on_skip: Callable[[StageContext], None] | None = None,
+    outputs: Callable[[StageContext], list[Path]] | None = None,
+) -> Callable:
     """Register ``func(ctx)`` as recipe stage ``number`` (see :class:`Stage`)."""
 
     def add(func: Callable[[StageContext], None]) -> Callable[[StageContext], None]:
         if number in STAGES:
             raise RuntimeError(f"stage {number} registered twice ({STAGES[number].name}, {name})")
-        STAGES[number] = Stage(number, name, description, func, tuple(uses), tuple(needs), shared,
-                               record, on_skip, outputs)
+        STAGES[number] = Stage(
+            number, name, description, func, tuple(uses), tuple(needs), shared, record, on_skip, outputs
+        )
         return func
 
     return add
@@ -104,12 +113,18 @@ def _finished(record: Path, digest: str) -> bool:
 
 
 def describe_stages() -> str:
-    return "\n".join(f"  {s.number:>2}  {s.name:<10} {s.description}"
-                     for s in sorted(STAGES.values(), key=lambda s: s.number))
+    return "\n".join(
+        f"  {s.number:>2}  {s.name:<10} {s.description}"
+        for s in sorted(STAGES.values(), key=lambda s: s.number)
+    )
 
 
 def run_stages(
-    cfg: DictConfig, *, start: int, stop: int | None, command: Sequence[str],
+    cfg: DictConfig,
+    *,
+    start: int,
+    stop: int | None,
+    command: Sequence[str],
     force: bool = False,
 ) -> None:
     """Run every registered stage numbered ``start..stop`` (inclusive) that has not
@@ -151,25 +166,44 @@ def run_stages(
             record = _record_path(ctx, current)
             gone = [p for p in (current.outputs(ctx) if current.outputs else []) if not p.exists()]
             if gone and _finished(record, digest):
-                log.info("stage %d (%s): finished before, but %s is gone; running it again",
-                         current.number, current.name, gone[0])
+                log.info(
+                    "stage %d (%s): finished before, but %s is gone; running it again",
+                    current.number,
+                    current.name,
+                    gone[0],
+                )
             elif current.record and not force and _finished(record, digest):
-                log.info("stage %d (%s): already done with these settings (%s); skipping it "
-                         "(--force runs it again)", current.number, current.name, record)
+                log.info(
+                    "stage %d (%s): already done with these settings (%s); skipping it "
+                    "(--force runs it again)",
+                    current.number,
+                    current.name,
+                    record,
+                )
                 if current.on_skip is not None:
                     current.on_skip(ctx)
                 continue
             record.unlink(missing_ok=True)
-            log.info("stage %d (%s): start — %s", current.number, current.name,
-                     current.description)
+            log.info("stage %d (%s): start — %s", current.number, current.name, current.description)
             began = time.monotonic()
             current.run(ctx)
             seconds = time.monotonic() - began
             if current.record and typed.strategy.node_rank == 0 and launched_rank() == "0":
-                atomic_write(record, json.dumps(
-                    {"stage": current.number, "name": current.name, "settings_hash": digest,
-                     "seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                     "settings": settings}, indent=2) + "\n")
+                atomic_write(
+                    record,
+                    json.dumps(
+                        {
+                            "stage": current.number,
+                            "name": current.name,
+                            "settings_hash": digest,
+                            "seconds": round(seconds, 1),
+                            "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                            "settings": settings,
+                        },
+                        indent=2,
+                    )
+                    + "\n",
+                )
             log.info("stage %d (%s): done in %.1f s", current.number, current.name, seconds)
     finally:
         logging.getLogger().removeHandler(handler)

@@ -59,10 +59,15 @@ from asrkit.training.trainer import Trainer
 log = logging.getLogger(__name__)
 
 
-@stage(4, "train", "train the (B)LSTM acoustic model (CTC, or frame CE on alignments), "
-       "validating on the dev set every epoch",
-       uses=("model", "optim", "schedule", "specaug", "train", "strategy", "objective", "seed",
-             "align"), needs=(2, 3), outputs=lambda ctx: [ctx.exp_dir / "model.pt"])
+@stage(
+    4,
+    "train",
+    "train the (B)LSTM acoustic model (CTC, or frame CE on alignments), "
+    "validating on the dev set every epoch",
+    uses=("model", "optim", "schedule", "specaug", "train", "strategy", "objective", "seed", "align"),
+    needs=(2, 3),
+    outputs=lambda ctx: [ctx.exp_dir / "model.pt"],
+)
 def train(ctx: StageContext) -> None:
     strategy = ctx.cfg.strategy
     strategy.check()
@@ -99,19 +104,19 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
         if dctx.is_main:
             with atomic_writer(exp_dir / "cmvn_global.ark", "wb") as out:
                 out.write((train_dir / "cmvn_global.ark").read_bytes())
-    normalize = CmvnNormalizer(cfg.features.cmvn, global_stats=stats,
-                               norm_vars=cfg.features.norm_vars)
+    normalize = CmvnNormalizer(cfg.features.cmvn, global_stats=stats, norm_vars=cfg.features.norm_vars)
     dim = cfg.features.dim
     # Metadata only: features are read batch by batch as training uses them (or, with
     # train.in_memory, all at once here).
-    train_set: UtteranceSource = open_data_dir(train_dir, normalize, tokenizer=tokenizer,
-                                               input_dim=dim)
-    dev_set: UtteranceSource = open_data_dir(dev_dir, normalize, tokenizer=tokenizer,
-                                             input_dim=dim, keep_text=True)
+    train_set: UtteranceSource = open_data_dir(train_dir, normalize, tokenizer=tokenizer, input_dim=dim)
+    dev_set: UtteranceSource = open_data_dir(
+        dev_dir, normalize, tokenizer=tokenizer, input_dim=dim, keep_text=True
+    )
     model_cfg, token_classes = cfg.model, False
     if cfg.objective == "ce":
         train_set, num_classes, token_classes = _with_alignments(
-            cfg, exp_dir, train_set, "train", num_classes=cfg.model.num_classes, log_it=dctx.is_main)
+            cfg, exp_dir, train_set, "train", num_classes=cfg.model.num_classes, log_it=dctx.is_main
+        )
         model_cfg = dataclasses.replace(cfg.model, num_classes=num_classes)
     if cfg.train.in_memory:
         train_set, dev_set = InMemorySource(train_set.read_all()), InMemorySource(dev_set.read_all())
@@ -119,31 +124,58 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     if cfg.train.init_from:
         copied = init_from(model, cfg.train.init_from)
         if dctx.is_main:
-            log.info("initialised %d of %d parameter tensors from %s", len(copied),
-                     len(model.state_dict()), cfg.train.init_from)
+            log.info(
+                "initialised %d of %d parameter tensors from %s",
+                len(copied),
+                len(model.state_dict()),
+                cfg.train.init_from,
+            )
     if cfg.objective == "ce":
-        dev_set, _, _ = _with_alignments(cfg, exp_dir, dev_set, "dev",
-                                         num_classes=model.num_classes, log_it=dctx.is_main)
+        dev_set, _, _ = _with_alignments(
+            cfg, exp_dir, dev_set, "dev", num_classes=model.num_classes, log_it=dctx.is_main
+        )
     if dctx.is_main:
-        log.info("model: %s size, %.2fM parameters; %d train / %d dev utterances (%.1f / %.1f "
-                 "hours, %s); strategy %s with %d learner(s)", cfg.model.size,
-                 sum(p.numel() for p in model.parameters()) / 1e6, len(train_set), len(dev_set),
-                 _hours(train_set, read_frame_shift(train_dir)), _hours(dev_set, read_frame_shift(dev_dir)),
-                 "in memory" if cfg.train.in_memory else
-                 f"streamed, {cfg.train.prefetch} batches read ahead",
-                 cfg.strategy.name, dctx.world_size)
+        log.info(
+            "model: %s size, %.2fM parameters; %d train / %d dev utterances (%.1f / %.1f "
+            "hours, %s); strategy %s with %d learner(s)",
+            cfg.model.size,
+            sum(p.numel() for p in model.parameters()) / 1e6,
+            len(train_set),
+            len(dev_set),
+            _hours(train_set, read_frame_shift(train_dir)),
+            _hours(dev_set, read_frame_shift(dev_dir)),
+            "in memory" if cfg.train.in_memory else f"streamed, {cfg.train.prefetch} batches read ahead",
+            cfg.strategy.name,
+            dctx.world_size,
+        )
     objective = build_objective(cfg.objective, token_classes=token_classes)
-    meta = {"model": model.args, "features": dataclasses.asdict(cfg.features),
-            "cmvn": cfg.features.cmvn, "tokenizer": "tokenizer", "objective": cfg.objective,
-            "decode_head": objective.decodes_from}
+    meta = {
+        "model": model.args,
+        "features": dataclasses.asdict(cfg.features),
+        "cmvn": cfg.features.cmvn,
+        "tokenizer": "tokenizer",
+        "objective": cfg.objective,
+        "decode_head": objective.decodes_from,
+    }
     hooks = build_hooks(cfg.strategy, dctx, seed=cfg.seed)
-    trainer = Trainer(model, train_set, dev_set, tokenizer=tokenizer, exp_dir=exp_dir,
-                      cfg=cfg.train, optim=cfg.optim, schedule=cfg.schedule, specaug=cfg.specaug,
-                      meta=meta, hooks=hooks, seed=cfg.seed, objective=objective,
-                      resume=_resume_mode(cfg.resume, restart=dctx.restart),
-                      fault=FaultInjection.parse(dctx.fault_kill, rank=dctx.rank,
-                                                 restart=dctx.restart),
-                      resume_key=settings_hash(cfg, stage_settings(4))[0])
+    trainer = Trainer(
+        model,
+        train_set,
+        dev_set,
+        tokenizer=tokenizer,
+        exp_dir=exp_dir,
+        cfg=cfg.train,
+        optim=cfg.optim,
+        schedule=cfg.schedule,
+        specaug=cfg.specaug,
+        meta=meta,
+        hooks=hooks,
+        seed=cfg.seed,
+        objective=objective,
+        resume=_resume_mode(cfg.resume, restart=dctx.restart),
+        fault=FaultInjection.parse(dctx.fault_kill, rank=dctx.rank, restart=dctx.restart),
+        resume_key=settings_hash(cfg, stage_settings(4))[0],
+    )
     try:
         state = trainer.fit()
         hooks.write_metrics(exp_dir)
@@ -168,16 +200,33 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
         best = load_checkpoint(ckpt_dir / chosen)
         bundle = {"model": best["model"], "meta": best["meta"]}
     save_checkpoint(exp_dir / "model.pt", bundle)
-    atomic_write(exp_dir / "train_summary.json",
-                 json.dumps({"strategy": cfg.strategy.name, "learners": dctx.world_size,
-                             "steps": state.step, "data_wait_s": round(state.data_wait_s, 3),
-                             "train_s": round(state.train_s, 3),
-                             "first_step_time": state.first_step_time,
-                             "history": state.history, "best": state.best}, indent=2) + "\n")
+    atomic_write(
+        exp_dir / "train_summary.json",
+        json.dumps(
+            {
+                "strategy": cfg.strategy.name,
+                "learners": dctx.world_size,
+                "steps": state.step,
+                "data_wait_s": round(state.data_wait_s, 3),
+                "train_s": round(state.train_s, 3),
+                "first_step_time": state.first_step_time,
+                "history": state.history,
+                "best": state.best,
+            },
+            indent=2,
+        )
+        + "\n",
+    )
     assert state.best is not None  # fit() validated at least once
     metric = "wer" if "wer" in state.best else "loss"
-    log.info("%s saved as %s (best dev %s %.3f at epoch %d)", chosen, exp_dir / "model.pt",
-             metric, state.best[metric], state.best["epoch"])
+    log.info(
+        "%s saved as %s (best dev %s %.3f at epoch %d)",
+        chosen,
+        exp_dir / "model.pt",
+        metric,
+        state.best[metric],
+        state.best["epoch"],
+    )
 
 
 def _resume_mode(setting: str, *, restart: int) -> str:
@@ -205,12 +254,15 @@ def adopt_alignment_tokenizer(source: str, exp_dir: Path) -> None:
         shutil.copytree(theirs, mine, dirs_exist_ok=True)
         log.info("tokenizer: %s (the alignments' classes are its units)", theirs)
     elif (mine / "units.txt").read_bytes() != (theirs / "units.txt").read_bytes():
-        raise ConfigError(f"{theirs}: the alignments' classes are this tokenizer's units, but "
-                          f"{mine} differs; remove {mine} to use the alignments' tokenizer")
+        raise ConfigError(
+            f"{theirs}: the alignments' classes are this tokenizer's units, but "
+            f"{mine} differs; remove {mine} to use the alignments' tokenizer"
+        )
 
 
-def _with_alignments(cfg: AsrkitConfig, exp_dir: Path, data: UtteranceSource, which: str, *,
-                     num_classes: int, log_it: bool) -> tuple[UtteranceSource, int, bool]:
+def _with_alignments(
+    cfg: AsrkitConfig, exp_dir: Path, data: UtteranceSource, which: str, *, num_classes: int, log_it: bool
+) -> tuple[UtteranceSource, int, bool]:
     """Check the set's alignments against its frame counts (no features are read) and
     attach them; returns the utterances that have them, the number of classes and whether
     the classes are tokenizer units."""
@@ -220,14 +272,21 @@ def _with_alignments(cfg: AsrkitConfig, exp_dir: Path, data: UtteranceSource, wh
     fixed, report = check_alignments(read_alignments(source), frames, check, source=source)
     report.raise_if_unusable()
     if log_it:
-        log.info("%s alignments: %s", which,
-                 "; ".join(" ".join(line.split()) for line in report.summary().splitlines()))
-    kept = attach_alignments(data, fixed, factor=report.subsampling_factor,
-                             model_subsample=model_args(cfg.model)["subsample"], source=source)
+        log.info(
+            "%s alignments: %s",
+            which,
+            "; ".join(" ".join(line.split()) for line in report.summary().splitlines()),
+        )
+    kept = attach_alignments(
+        data,
+        fixed,
+        factor=report.subsampling_factor,
+        model_subsample=model_args(cfg.model)["subsample"],
+        source=source,
+    )
     token_classes = (Path(source) / "tokenizer" / "units.txt").is_file()
     return kept, report.num_classes, token_classes
 
 
 def _hours(data: UtteranceSource, shift_s: float) -> float:
     return float(data.lengths.sum()) * shift_s / 3600.0
-

@@ -40,10 +40,12 @@ class AlignConfig:
 
     def check_config(self, *, num_classes: int = 0) -> AlignmentCheckConfig:
         """The checker's settings (``num_classes``, when non-zero, overrides the key's)."""
-        cfg = AlignmentCheckConfig(subsampling_factor=self.subsampling_factor,
-                                   tolerance=self.tolerance,
-                                   num_classes=num_classes or self.num_classes,
-                                   max_missing=self.max_missing)
+        cfg = AlignmentCheckConfig(
+            subsampling_factor=self.subsampling_factor,
+            tolerance=self.tolerance,
+            num_classes=num_classes or self.num_classes,
+            max_missing=self.max_missing,
+        )
         cfg.check()
         return cfg
 

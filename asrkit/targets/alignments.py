@@ -70,11 +70,15 @@ class AlignmentCheckConfig:
         for name in ("subsampling_factor", "tolerance", "num_classes"):
             value = getattr(self, name)
             if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"alignment check: {name}={value!r} must be an integer >= 0 "
-                                  "(0 = take it from the alignment dir)")
+                raise ConfigError(
+                    f"alignment check: {name}={value!r} must be an integer >= 0 "
+                    "(0 = take it from the alignment dir)"
+                )
         if not 0.0 <= self.max_missing < 1.0:
-            raise ConfigError(f"alignment check: max_missing={self.max_missing!r} must be in [0, 1) "
-                              "— the fraction of feature utterances that may lack an alignment")
+            raise ConfigError(
+                f"alignment check: max_missing={self.max_missing!r} must be in [0, 1) "
+                "— the fraction of feature utterances that may lack an alignment"
+            )
 
 
 @dataclass
@@ -118,8 +122,12 @@ class AlignmentReport:
     @property
     def usable(self) -> bool:
         """No bad length or label, few enough missing, and at least one utterance checked."""
-        return (not self.bad_length and not self.bad_label and self.utterances > 0
-                and self.missing_fraction <= self.max_missing)
+        return (
+            not self.bad_length
+            and not self.bad_label
+            and self.utterances > 0
+            and self.missing_fraction <= self.max_missing
+        )
 
     def summary(self) -> str:
         """A multi-line report for people: totals, then one line per kind of mismatch."""
@@ -127,8 +135,10 @@ class AlignmentReport:
         rows = [
             ("alignments", self.source or "(given in memory)"),
             ("utterances checked", f"{self.utterances} of {total} with features"),
-            ("frames", f"{self.frames} (subsampling factor {self.subsampling_factor}, "
-                       f"tolerance {self.tolerance})"),
+            (
+                "frames",
+                f"{self.frames} (subsampling factor {self.subsampling_factor}, tolerance {self.tolerance})",
+            ),
             ("classes seen", f"{self.classes_seen} / {self.num_classes}"),
             ("missing alignment", _count_line(self.missing, note=f"max_missing {self.max_missing:g}")),
             ("no features", _count_line(self.extra, note="ignored")),
@@ -154,28 +164,32 @@ class AlignmentReport:
             raise DataError(
                 f"{where}: none of the {total} feature utterances has an alignment (first feature "
                 f"ids: {_first(self.missing)}; first aligned ids: {_first(self.extra)}); the "
-                "alignments and features must come from the same data set — pass matching ones")
+                "alignments and features must come from the same data set — pass matching ones"
+            )
         problems, fixes = [], []
         if self.missing_fraction > self.max_missing:
             problems.append(
                 f"{len(self.missing)} of {total} feature utterances have no alignment (more than "
-                f"max_missing={self.max_missing:g} allows), first: {_first(self.missing)}")
+                f"max_missing={self.max_missing:g} allows), first: {_first(self.missing)}"
+            )
             fixes.append("re-run the alignment for these utterances or set max_missing to skip them")
         if self.bad_length:
             shown = _first([f"{u} (got {g}, expected {e})" for u, g, e in self.bad_length])
             problems.append(
                 f"{len(self.bad_length)} alignment(s) more than {self.tolerance} label(s) off "
-                f"ceil(frames / {self.subsampling_factor}), first: {shown}")
-            fixes.append("check the subsampling factor, re-align with these features, or raise "
-                         "--tolerance")
+                f"ceil(frames / {self.subsampling_factor}), first: {shown}"
+            )
+            fixes.append("check the subsampling factor, re-align with these features, or raise --tolerance")
         if self.bad_label:
             shown = _first([f"{u} (label {lab})" for u, lab in self.bad_label])
-            problems.append(f"{len(self.bad_label)} alignment(s) with labels outside "
-                            f"[0, {self.num_classes}), first: {shown}")
-            fixes.append("set num_classes to the model's output size (transition-ids need "
-                         "ali-to-pdf first)")
-        raise DataError(f"{where}: alignments do not fit the features: {'; '.join(problems)}; "
-                        f"fix: {'; '.join(fixes)}")
+            problems.append(
+                f"{len(self.bad_label)} alignment(s) with labels outside "
+                f"[0, {self.num_classes}), first: {shown}"
+            )
+            fixes.append("set num_classes to the model's output size (transition-ids need ali-to-pdf first)")
+        raise DataError(
+            f"{where}: alignments do not fit the features: {'; '.join(problems)}; fix: {'; '.join(fixes)}"
+        )
 
 
 def read_alignments(source: str) -> dict[str, np.ndarray]:
@@ -199,17 +213,19 @@ def read_alignments(source: str) -> dict[str, np.ndarray]:
     origin: dict[str, str] = {}
     for kind, target, where in parts:
         # Read whole, so that a failing command is reported before any duplicate it caused.
-        for utt, vector, entry_where in list(read_table(kind, target, where=where,
-                                                        value=_int_vector)):
+        for utt, vector, entry_where in list(read_table(kind, target, where=where, value=_int_vector)):
             if utt in origin:
                 raise DataError(
                     f"utterance '{utt}' is aligned twice: in {origin[utt]} and in {entry_where}; "
-                    "each utterance must be aligned once — remove the duplicate or the stale archive")
+                    "each utterance must be aligned once — remove the duplicate or the stale archive"
+                )
             origin[utt] = entry_where
             alignments[utt] = vector
     if not alignments:
-        raise DataError(f"{source}: no alignments in it (empty archive); check that the alignment "
-                        "job succeeded and that this is the right path")
+        raise DataError(
+            f"{source}: no alignments in it (empty archive); check that the alignment "
+            "job succeeded and that this is the right path"
+        )
     return alignments
 
 
@@ -233,21 +249,25 @@ def read_frame_counts(source: str) -> dict[str, int]:
         if (path / "utt2num_frames").exists():
             return _read_utt2num_frames(path / "utt2num_frames")
         if not (path / "feats.scp").exists():
-            raise DataError(f"{path}: no utt2num_frames or feats.scp in this data dir; run the "
-                            "feature stage first (or pass an rspecifier such as scp:feats.scp)")
+            raise DataError(
+                f"{path}: no utt2num_frames or feats.scp in this data dir; run the "
+                "feature stage first (or pass an rspecifier such as scp:feats.scp)"
+            )
         kind, target = "scp", str(path / "feats.scp")
         source = target
     else:
         kind, target = parse_rspecifier(source, what="feature")
         if Path(target).is_dir() and not target.rstrip().endswith("|"):
-            raise DataError(f"{source}: is a directory; pass the data dir without '{kind}:' or "
-                            "point at its feats.scp")
+            raise DataError(
+                f"{source}: is a directory; pass the data dir without '{kind}:' or point at its feats.scp"
+            )
     counts: dict[str, int] = {}
     origin: dict[str, str] = {}
     for utt, rows, where in list(read_table(kind, target, where=source, value=TableReader.matrix_rows)):
         if utt in origin:
-            raise DataError(f"utterance '{utt}' has features twice: in {origin[utt]} and in {where}; "
-                            "keep one copy")
+            raise DataError(
+                f"utterance '{utt}' has features twice: in {origin[utt]} and in {where}; keep one copy"
+            )
         origin[utt] = where
         counts[utt] = rows
     if not counts:
@@ -296,8 +316,15 @@ def check_alignments(
     """
     cfg.check()
     dir_factor, dir_classes = alignment_dir_settings(source) if source else (None, None)
-    factor = _resolve("subsampling_factor", cfg.subsampling_factor, dir_factor,
-                      Path(source) / "frame_subsampling_factor") or 1
+    factor = (
+        _resolve(
+            "subsampling_factor",
+            cfg.subsampling_factor,
+            dir_factor,
+            Path(source) / "frame_subsampling_factor",
+        )
+        or 1
+    )
     num_classes = _resolve("num_classes", cfg.num_classes, dir_classes, Path(source) / "num_classes")
     if not num_classes:
         num_classes = max((int(ali.max()) for ali in alignments.values() if ali.size), default=-1) + 1
@@ -328,20 +355,33 @@ def check_alignments(
             continue
         if len(ali) != expected:
             fixed.append(utt)
-            ali = (ali[:expected] if len(ali) > expected
-                   else np.concatenate([ali, np.full(expected - len(ali), ali[-1], dtype=np.int64)]))
+            ali = (
+                ali[:expected]
+                if len(ali) > expected
+                else np.concatenate([ali, np.full(expected - len(ali), ali[-1], dtype=np.int64)])
+            )
         usable[utt] = ali
         seen[ali] = True
     extra = [utt for utt in alignments if utt not in frame_counts]
     if extra:
-        log.debug("%d aligned utterance(s) have no features and are ignored, first: %s",
-                  len(extra), _first(extra))
+        log.debug(
+            "%d aligned utterance(s) have no features and are ignored, first: %s", len(extra), _first(extra)
+        )
     report = AlignmentReport(
-        source=source, utterances=len(frame_counts) - len(missing),
-        frames=sum(len(ali) for ali in usable.values()), num_classes=num_classes,
-        classes_seen=int(seen.sum()), subsampling_factor=factor, tolerance=cfg.tolerance,
-        missing=missing, extra=extra, fixed=fixed, bad_length=bad_length, bad_label=bad_label,
-        max_missing=cfg.max_missing)
+        source=source,
+        utterances=len(frame_counts) - len(missing),
+        frames=sum(len(ali) for ali in usable.values()),
+        num_classes=num_classes,
+        classes_seen=int(seen.sum()),
+        subsampling_factor=factor,
+        tolerance=cfg.tolerance,
+        missing=missing,
+        extra=extra,
+        fixed=fixed,
+        bad_length=bad_length,
+        bad_label=bad_label,
+        max_missing=cfg.max_missing,
+    )
     return usable, report
 
 
@@ -350,8 +390,10 @@ def check_alignments(
 
 def _resolve(name: str, given: int, from_dir: int | None, file: Path) -> int:
     if given and from_dir is not None and given != from_dir:
-        raise ConfigError(f"alignment check: {name}={given} but {file} says {from_dir}; drop the "
-                          "setting to use the file's value, or fix the file")
+        raise ConfigError(
+            f"alignment check: {name}={given} but {file} says {from_dir}; drop the "
+            "setting to use the file's value, or fix the file"
+        )
     return given or from_dir or 0
 
 
@@ -364,8 +406,7 @@ def _read_int_file(path: Path) -> int | None:
     except ValueError:
         value = 0
     if value < 1:
-        raise DataError(f"{path}: holds {text[:40]!r}, expected one positive integer; fix or remove "
-                        "the file")
+        raise DataError(f"{path}: holds {text[:40]!r}, expected one positive integer; fix or remove the file")
     return value
 
 
@@ -377,8 +418,10 @@ def _read_utt2num_frames(path: Path) -> dict[str, int]:
         except ValueError:
             counts[utt] = -1
         if counts[utt] < 0:
-            raise DataError(f"{path}:{lineno}: utterance '{utt}' has frame count {value!r}, expected "
-                            "an integer >= 0; regenerate it (feat-to-len scp:feats.scp ark,t:-)")
+            raise DataError(
+                f"{path}:{lineno}: utterance '{utt}' has frame count {value!r}, expected "
+                "an integer >= 0; regenerate it (feat-to-len scp:feats.scp ark,t:-)"
+            )
     if not counts:
         raise DataError(f"{path}: empty; regenerate it with feat-to-len scp:feats.scp ark,t:-")
     return counts
@@ -404,21 +447,21 @@ def _alignment_parts(source: str) -> list[tuple[str, str, str]]:
     if is_rspecifier(source) or not path.is_dir():
         kind, target = parse_rspecifier(source, what="alignment")
         if Path(target).is_dir() and not target.endswith("|"):
-            raise DataError(f"{source}: is a directory; pass the alignment dir itself, without "
-                            f"'{kind}:'")
+            raise DataError(f"{source}: is a directory; pass the alignment dir itself, without '{kind}:'")
         return [(kind, target, source)]
     if (path / "ali.scp").is_file():
         return [("scp", str(path / "ali.scp"), str(path / "ali.scp"))]
-    numbered = [(int(m.group(1)), p) for p in path.glob("ali.*.gz")
-                if (m := re.fullmatch(r"ali\.(\d+)\.gz", p.name))]
+    numbered = [
+        (int(m.group(1)), p) for p in path.glob("ali.*.gz") if (m := re.fullmatch(r"ali\.(\d+)\.gz", p.name))
+    ]
     if numbered:
         return [("ark", str(p), str(p)) for _, p in sorted(numbered)]
     if (path / "ali.ark").is_file():
         return [("ark", str(path / "ali.ark"), str(path / "ali.ark"))]
-    raise DataError(f"{path}: no ali.scp, ali.N.gz or ali.ark in this alignment dir; run the "
-                    "alignment (e.g. steps/align_si.sh) or pass the archive itself")
-
-
+    raise DataError(
+        f"{path}: no ali.scp, ali.N.gz or ali.ark in this alignment dir; run the "
+        "alignment (e.g. steps/align_si.sh) or pass the archive itself"
+    )
 
 
 def _int_vector(reader: TableReader, utt: str | None, first: bytes) -> np.ndarray:
@@ -430,9 +473,11 @@ def _int_vector(reader: TableReader, utt: str | None, first: bytes) -> np.ndarra
         head = reader.exact(5, utt=utt, what="the vector length")
         if head[0] != 4:
             kind = head[:3].decode("latin-1").strip()
-            raise reader.fail(f"holds a {kind!r} object, not an int32 vector", utt=utt,
-                              fix="pass an alignment archive (pdf-ids: ali-to-pdf; phones: "
-                              "ali-to-phones --per-frame)")
+            raise reader.fail(
+                f"holds a {kind!r} object, not an int32 vector",
+                utt=utt,
+                fix="pass an alignment archive (pdf-ids: ali-to-pdf; phones: ali-to-phones --per-frame)",
+            )
         (size,) = struct.unpack("<i", head[1:])
         if size < 0:
             raise reader.fail(f"negative vector length {size}", utt=utt)
@@ -451,8 +496,11 @@ def _int_vector(reader: TableReader, utt: str | None, first: bytes) -> np.ndarra
         values = np.array(tokens, dtype=np.int64)
     except ValueError:
         bad = next(t for t in tokens if not t.lstrip(b"-").isdigit())
-        raise reader.fail(f"text vector has {bad[:20].decode('latin-1')!r}, not an integer",
-                          utt=utt, fix="alignments must be integer labels") from None
+        raise reader.fail(
+            f"text vector has {bad[:20].decode('latin-1')!r}, not an integer",
+            utt=utt,
+            fix="alignments must be integer labels",
+        ) from None
     if values.size and (values.min() < -(2**31) or values.max() >= 2**31):
         raise reader.fail("a label does not fit in int32", utt=utt)
     return values.astype(np.int32)

@@ -44,9 +44,14 @@ def ctc_forced_align(log_probs: torch.Tensor, tokens: Sequence[int]) -> np.ndarr
     return path[0].numpy().astype(np.int32)
 
 
-def write_alignment_dir(out_dir: str | Path, alignments: Mapping[str, np.ndarray], *,
-                        subsampling_factor: int, num_classes: int,
-                        tokenizer_dir: str | Path | None = None) -> Path:
+def write_alignment_dir(
+    out_dir: str | Path,
+    alignments: Mapping[str, np.ndarray],
+    *,
+    subsampling_factor: int,
+    num_classes: int,
+    tokenizer_dir: str | Path | None = None,
+) -> Path:
     """Write ``alignments`` (utterance -> labels) as a Kaldi alignment dir, atomically.
 
     Everything is written into ``<out_dir>.tmp`` first and renamed into place, so an

@@ -49,11 +49,11 @@ def read_pronunciations(path: str | Path, *, keep_stress: bool = False) -> dict[
         word = _ALTERNATIVE.sub("", entry)
         phones = tuple(p if keep_stress else _STRESS.sub("", p) for p in value.split())
         if not phones:
-            raise DataError(f"{path}:{lineno}: word '{word}' has no phones; give its "
-                            "pronunciation or remove the line")
+            raise DataError(
+                f"{path}:{lineno}: word '{word}' has no phones; give its pronunciation or remove the line"
+            )
         if BOUNDARY in phones or UNK in phones:
-            raise DataError(f"{path}:{lineno}: word '{word}' uses a reserved unit "
-                            f"({BOUNDARY!r} or {UNK})")
+            raise DataError(f"{path}:{lineno}: word '{word}' uses a reserved unit ({BOUNDARY!r} or {UNK})")
         alternatives = prons.setdefault(word, [])
         if phones not in alternatives:
             alternatives.append(phones)
@@ -129,8 +129,9 @@ class PhoneUnits:
         return " ".join(words)
 
 
-def train_phone_units(texts: dict[str, str], out_dir: str | Path, *, lexicon: str,
-                      keep_stress: bool) -> PhoneUnits:
+def train_phone_units(
+    texts: dict[str, str], out_dir: str | Path, *, lexicon: str, keep_stress: bool
+) -> PhoneUnits:
     """Write a phone tokenizer directory for ``texts`` from the lexicon ``lexicon``.
 
     Raises:
@@ -138,22 +139,26 @@ def train_phone_units(texts: dict[str, str], out_dir: str | Path, *, lexicon: st
         DataError: training words the lexicon lacks (the count and the first ones).
     """
     if not lexicon:
-        raise ConfigError("tokenizer=phone needs tokenizer.lexicon=/path/to/lexicon.txt "
-                          "(WORD phone phone ... per line)")
+        raise ConfigError(
+            "tokenizer=phone needs tokenizer.lexicon=/path/to/lexicon.txt (WORD phone phone ... per line)"
+        )
     prons = read_pronunciations(lexicon, keep_stress=keep_stress)
     counts = Counter(w for line in texts.values() for w in line.split())
     missing = sorted(w for w in counts if w not in prons)
     if missing:
-        raise DataError(f"{lexicon}: {len(missing)} training word(s) have no pronunciation, first "
-                        f"{', '.join(missing[:5])}; add them to the lexicon")
+        raise DataError(
+            f"{lexicon}: {len(missing)} training word(s) have no pronunciation, first "
+            f"{', '.join(missing[:5])}; add them to the lexicon"
+        )
     phones = sorted({p for alternatives in prons.values() for pron in alternatives for p in pron})
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_dir / "units.txt", "".join(
-        f"{unit} {i}\n" for i, unit in enumerate(["<blank>", BOUNDARY, UNK, *phones])))
+    atomic_write(
+        out_dir / "units.txt",
+        "".join(f"{unit} {i}\n" for i, unit in enumerate(["<blank>", BOUNDARY, UNK, *phones])),
+    )
     atomic_write(out_dir / "words.txt", "".join(f"{w}\n" for w in sorted(counts)))
     atomic_write(out_dir / "word_counts.txt", "".join(f"{w} {c}\n" for w, c in sorted(counts.items())))
     # Written last: its presence marks a complete phone tokenizer directory.
-    atomic_write(out_dir / LEXICON, "".join(
-        f"{w} {' '.join(p)}\n" for w in sorted(prons) for p in prons[w]))
+    atomic_write(out_dir / LEXICON, "".join(f"{w} {' '.join(p)}\n" for w in sorted(prons) for p in prons[w]))
     return PhoneUnits(out_dir)

@@ -56,8 +56,9 @@ class TokenizerConfig:
         if self.kind not in KINDS:
             raise ConfigError(f"tokenizer.kind={self.kind!r} is unknown; choose one of {list(KINDS)}")
         if self.kind == "phone" and not self.lexicon:
-            raise ConfigError("tokenizer=phone needs tokenizer.lexicon=/path/to/lexicon.txt "
-                              "(WORD phone phone ... per line)")
+            raise ConfigError(
+                "tokenizer=phone needs tokenizer.lexicon=/path/to/lexicon.txt (WORD phone phone ... per line)"
+            )
         if self.kind in ("unigram", "bpe") and self.vocab_size < 4:
             raise ConfigError(f"tokenizer.vocab_size={self.vocab_size} is too small; use at least 4")
 
@@ -121,8 +122,9 @@ class Tokenizer:
         return [[units[i] for i in self.encode(word)]]
 
 
-def train_tokenizer(texts: dict[str, str], out_dir: str | Path, cfg: TokenizerConfig, *,
-                    seed: int = 1) -> Tokenizer:
+def train_tokenizer(
+    texts: dict[str, str], out_dir: str | Path, cfg: TokenizerConfig, *, seed: int = 1
+) -> Tokenizer:
     """Train a sentencepiece model on ``texts`` (utterance id -> transcript).
 
     Writes ``sp.model``, ``sp.vocab``, ``units.txt`` and ``words.txt`` into
@@ -139,19 +141,31 @@ def train_tokenizer(texts: dict[str, str], out_dir: str | Path, cfg: TokenizerCo
             (out_dir / stale).unlink(missing_ok=True)
         train_phone_units(texts, out_dir, lexicon=cfg.lexicon, keep_stress=cfg.keep_stress)
         tokenizer = Tokenizer(out_dir)
-        log.info("tokenizer (phone): %d units + blank from %s, %d training words",
-                 tokenizer.num_tokens, cfg.lexicon, len({w for t in texts.values() for w in t.split()}))
+        log.info(
+            "tokenizer (phone): %d units + blank from %s, %d training words",
+            tokenizer.num_tokens,
+            cfg.lexicon,
+            len({w for t in texts.values() for w in t.split()}),
+        )
         return tokenizer
     (out_dir / LEXICON).unlink(missing_ok=True)  # a phone tokenizer's, replaced
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".sp.") as tmp:
         corpus = Path(tmp) / "text"
         corpus.write_text("".join(f"{line}\n" for line in texts.values()), encoding="utf-8")
         options = dict(
-            input=str(corpus), model_prefix=str(Path(tmp) / "sp"), model_type=cfg.kind,
-            character_coverage=cfg.character_coverage, bos_id=-1, eos_id=-1, unk_id=0,
+            input=str(corpus),
+            model_prefix=str(Path(tmp) / "sp"),
+            model_type=cfg.kind,
+            character_coverage=cfg.character_coverage,
+            bos_id=-1,
+            eos_id=-1,
+            unk_id=0,
             # Deterministic: no sampling or shuffling of the input, one thread.
-            input_sentence_size=0, shuffle_input_sentence=False, num_threads=1,
-            minloglevel=2, unk_surface=" <unk> ",
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            num_threads=1,
+            minloglevel=2,
+            unk_surface=" <unk> ",
         )
         if cfg.kind != "char":
             options["vocab_size"] = cfg.vocab_size
@@ -161,16 +175,17 @@ def train_tokenizer(texts: dict[str, str], out_dir: str | Path, cfg: TokenizerCo
             with contextlib.redirect_stderr(io.StringIO()):
                 spm.SentencePieceTrainer.train(**options)  # type: ignore[arg-type]
         except RuntimeError as err:
-            raise ConfigError(f"tokenizer training failed: {' '.join(str(err).split())}; "
-                              "change tokenizer.vocab_size or tokenizer.kind") from None
+            raise ConfigError(
+                f"tokenizer training failed: {' '.join(str(err).split())}; "
+                "change tokenizer.vocab_size or tokenizer.kind"
+            ) from None
         for name in ("sp.model", "sp.vocab"):
             os.replace(Path(tmp) / name, out_dir / name)
     tokenizer = Tokenizer(out_dir)
-    atomic_write(out_dir / "units.txt",
-                 "".join(f"{unit} {i}\n" for i, unit in enumerate(tokenizer.units())))
+    atomic_write(out_dir / "units.txt", "".join(f"{unit} {i}\n" for i, unit in enumerate(tokenizer.units())))
     words = sorted({w for line in texts.values() for w in line.split()})
     atomic_write(out_dir / "words.txt", "".join(f"{w}\n" for w in words))
-    log.info("tokenizer (%s): %d units + blank, %d training words", cfg.kind,
-             tokenizer.num_tokens, len(words))
+    log.info(
+        "tokenizer (%s): %d units + blank, %d training words", cfg.kind, tokenizer.num_tokens, len(words)
+    )
     return tokenizer
-

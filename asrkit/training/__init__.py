@@ -26,7 +26,20 @@ from asrkit.training.schedule import LRSchedule
 from asrkit.training.trainer import Trainer, TrainHooks, TrainState
 
 __all__ = [
-    "BucketBatches", "CmvnNormalizer", "LRSchedule", "OptimConfig", "ScheduleConfig",
-    "SpecAugConfig", "TrainConfig", "TrainHooks", "TrainState", "Trainer", "collate",
-    "load_checkpoint", "load_model_bundle", "load_utterances", "open_data_dir", "save_checkpoint",
+    "BucketBatches",
+    "CmvnNormalizer",
+    "LRSchedule",
+    "OptimConfig",
+    "ScheduleConfig",
+    "SpecAugConfig",
+    "TrainConfig",
+    "TrainHooks",
+    "TrainState",
+    "Trainer",
+    "collate",
+    "load_checkpoint",
+    "load_model_bundle",
+    "load_utterances",
+    "open_data_dir",
+    "save_checkpoint",
 ]

@@ -48,6 +48,7 @@ def retain_freed_memory() -> bool:
         log.debug("no glibc mallopt here; the allocator keeps its defaults")
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and \
-        bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
     return _done

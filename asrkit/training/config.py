@@ -36,8 +36,10 @@ class OptimConfig:
         if not self.lr > 0:
             raise ConfigError(f"optim.lr={self.lr} must be positive (e.g. optim.lr=1e-3)")
         if self.momentum < 0 or self.weight_decay < 0 or self.eps <= 0:
-            raise ConfigError(f"optim.momentum={self.momentum} and optim.weight_decay="
-                              f"{self.weight_decay} must be >= 0 and optim.eps={self.eps} > 0")
+            raise ConfigError(
+                f"optim.momentum={self.momentum} and optim.weight_decay="
+                f"{self.weight_decay} must be >= 0 and optim.eps={self.eps} > 0"
+            )
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"optim.betas={list(self.betas)} must be two numbers in [0, 1)")
 
@@ -64,14 +66,17 @@ class ScheduleConfig:
     def check(self) -> None:
         problems = []
         if self.warmup_steps < 0 or self.decay_start_epoch < 0:
-            problems.append(f"schedule.warmup_steps={self.warmup_steps} and "
-                            f"schedule.decay_start_epoch={self.decay_start_epoch} must be >= 0")
+            problems.append(
+                f"schedule.warmup_steps={self.warmup_steps} and "
+                f"schedule.decay_start_epoch={self.decay_start_epoch} must be >= 0"
+            )
         if self.anneal not in ("none", "cosine", "exponential"):
-            problems.append(f"schedule.anneal={self.anneal!r} is unknown; choose none, cosine or "
-                            "exponential")
+            problems.append(f"schedule.anneal={self.anneal!r} is unknown; choose none, cosine or exponential")
         if not 0 <= self.final_scale <= 1 or not 0 < self.decay <= 1:
-            problems.append(f"schedule.final_scale={self.final_scale} must be in [0, 1] and "
-                            f"schedule.decay={self.decay} in (0, 1]")
+            problems.append(
+                f"schedule.final_scale={self.final_scale} must be in [0, 1] and "
+                f"schedule.decay={self.decay} in (0, 1]"
+            )
         raise_all(problems)
 
 
@@ -94,10 +99,13 @@ class SpecAugConfig:
     time_ratio: float = 0.1
 
     def check(self) -> None:
-        counts = {"freq_masks": self.freq_masks, "freq_width": self.freq_width,
-                  "time_masks": self.time_masks, "time_width": self.time_width}
-        problems = [f"specaug.{name}={value} must be >= 0" for name, value in counts.items()
-                    if value < 0]
+        counts = {
+            "freq_masks": self.freq_masks,
+            "freq_width": self.freq_width,
+            "time_masks": self.time_masks,
+            "time_width": self.time_width,
+        }
+        problems = [f"specaug.{name}={value} must be >= 0" for name, value in counts.items() if value < 0]
         if not 0 <= self.time_ratio <= 1:
             problems.append(f"specaug.time_ratio={self.time_ratio} must be in [0, 1]")
         raise_all(problems)
@@ -158,9 +166,11 @@ class TrainConfig:
 
     def check(self) -> None:
         if self.max_frames < 1 or self.max_batch < 1:
-            raise ConfigError(f"train.max_frames={self.max_frames} and train.max_batch="
-                              f"{self.max_batch} must be >= 1 (padded frames and utterances per "
-                              "batch)")
+            raise ConfigError(
+                f"train.max_frames={self.max_frames} and train.max_batch="
+                f"{self.max_batch} must be >= 1 (padded frames and utterances per "
+                "batch)"
+            )
         if self.epochs < 1:
             raise ConfigError(f"train.epochs={self.epochs} must be at least 1")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -170,15 +180,18 @@ class TrainConfig:
         if self.save_every < 0:
             raise ConfigError(f"train.save_every={self.save_every} must be >= 0 (0: epoch ends)")
         if self.prefetch < 0 or self.loader_workers < 1 or self.max_steps < 0:
-            raise ConfigError(f"train.prefetch={self.prefetch}, train.loader_workers="
-                              f"{self.loader_workers} and train.max_steps={self.max_steps}: "
-                              "prefetch and max_steps must be >= 0 and loader_workers >= 1")
+            raise ConfigError(
+                f"train.prefetch={self.prefetch}, train.loader_workers="
+                f"{self.loader_workers} and train.max_steps={self.max_steps}: "
+                "prefetch and max_steps must be >= 0 and loader_workers >= 1"
+            )
         if self.loader not in LOADERS:
-            raise ConfigError(f"train.loader={self.loader!r} is unknown; choose "
-                              f"{' or '.join(LOADERS)}")
+            raise ConfigError(f"train.loader={self.loader!r} is unknown; choose {' or '.join(LOADERS)}")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1")
         if self.average_last > min(self.keep_checkpoints, self.epochs):
-            raise ConfigError(f"train.average_last={self.average_last} exceeds the epoch checkpoints "
-                              f"kept ({min(self.keep_checkpoints, self.epochs)}); raise "
-                              "train.keep_checkpoints or lower train.average_last")
+            raise ConfigError(
+                f"train.average_last={self.average_last} exceeds the epoch checkpoints "
+                f"kept ({min(self.keep_checkpoints, self.epochs)}); raise "
+                "train.keep_checkpoints or lower train.average_last"
+            )

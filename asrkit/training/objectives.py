@@ -39,8 +39,9 @@ class Objective(abc.ABC):
         """The summed loss / ``batch.norm``."""
 
     @abc.abstractmethod
-    def accumulate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
-                   texts: dict[str, str]) -> dict[str, float]:
+    def accumulate(
+        self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer, texts: dict[str, str]
+    ) -> dict[str, float]:
         """Sums over ``batches`` that :meth:`metrics` turns into dev metrics; sums of
         several shards of a dev set add up to the whole set's (sharded validation)."""
 
@@ -49,14 +50,22 @@ class Objective(abc.ABC):
         """Dev metrics from :meth:`accumulate`'s sums: ``loss`` always; ``wer`` (%) when
         the output decodes to words."""
 
-    def validate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
-                 texts: dict[str, str]) -> dict[str, float]:
+    def validate(
+        self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer, texts: dict[str, str]
+    ) -> dict[str, float]:
         """Dev metrics of ``batches`` (``texts``: utterance -> transcript)."""
         return self.metrics(self.accumulate(model, batches, tokenizer=tokenizer, texts=texts))
 
     @staticmethod
-    def _wer(batch: Batch, scores: torch.Tensor, lengths: torch.Tensor, tokenizer: Tokenizer,
-             ref: dict[str, list[str]], hyp: dict[str, list[str]], texts: dict[str, str]) -> None:
+    def _wer(
+        batch: Batch,
+        scores: torch.Tensor,
+        lengths: torch.Tensor,
+        tokenizer: Tokenizer,
+        ref: dict[str, list[str]],
+        hyp: dict[str, list[str]],
+        texts: dict[str, str],
+    ) -> None:
         for utt, ids in zip(batch.utts, greedy_ctc(scores, lengths), strict=True):
             hyp[utt] = tokenizer.decode(ids).split()
             ref[utt] = texts[utt].split()
@@ -80,21 +89,39 @@ class CtcObjective(Objective):
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         out = model(batch.feats, batch.lengths)
-        return nn.functional.ctc_loss(out["ctc"].transpose(0, 1), batch.targets, out["lengths"],
-                                      batch.target_lengths, blank=0, reduction="sum",
-                                      zero_infinity=True) / batch.norm
+        return (
+            nn.functional.ctc_loss(
+                out["ctc"].transpose(0, 1),
+                batch.targets,
+                out["lengths"],
+                batch.target_lengths,
+                blank=0,
+                reduction="sum",
+                zero_infinity=True,
+            )
+            / batch.norm
+        )
 
     @torch.no_grad()
-    def accumulate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
-                   texts: dict[str, str]) -> dict[str, float]:
+    def accumulate(
+        self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer, texts: dict[str, str]
+    ) -> dict[str, float]:
         total, count = 0.0, 0
         ref: dict[str, list[str]] = {}
         hyp: dict[str, list[str]] = {}
         for batch in batches:
             out = model(batch.feats, batch.lengths)
-            total += float(nn.functional.ctc_loss(
-                out["ctc"].transpose(0, 1), batch.targets, out["lengths"], batch.target_lengths,
-                blank=0, reduction="sum", zero_infinity=True))
+            total += float(
+                nn.functional.ctc_loss(
+                    out["ctc"].transpose(0, 1),
+                    batch.targets,
+                    out["lengths"],
+                    batch.target_lengths,
+                    blank=0,
+                    reduction="sum",
+                    zero_infinity=True,
+                )
+            )
             count += len(batch.utts)
             self._wer(batch, out["ctc"], out["lengths"], tokenizer, ref, hyp, texts)
         return {"loss_sum": total, "utts": float(count), **self._word_errors(ref, hyp)}
@@ -121,23 +148,32 @@ class FrameCEObjective(Objective):
     def _logits(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         out = model(batch.feats, batch.lengths)
         if "frame" not in out:
-            raise ConfigError("objective=ce needs the model's frame-classification head; set "
-                              "model.num_classes to the number of alignment classes")
+            raise ConfigError(
+                "objective=ce needs the model's frame-classification head; set "
+                "model.num_classes to the number of alignment classes"
+            )
         if batch.frame_targets is None:
-            raise ConfigError("objective=ce needs alignment targets; set align.train and "
-                              "align.dev (see docs/alignments-and-kaldi.md)")
+            raise ConfigError(
+                "objective=ce needs alignment targets; set align.train and "
+                "align.dev (see docs/alignments-and-kaldi.md)"
+            )
         logits = out["frame"][:, : batch.frame_targets.shape[1]]
         return logits, out["lengths"]
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         logits, _ = self._logits(model, batch)
         assert batch.frame_targets is not None  # _logits checked
-        return nn.functional.cross_entropy(logits.flatten(0, 1), batch.frame_targets.flatten(),
-                                           ignore_index=IGNORE, reduction="sum") / batch.norm
+        return (
+            nn.functional.cross_entropy(
+                logits.flatten(0, 1), batch.frame_targets.flatten(), ignore_index=IGNORE, reduction="sum"
+            )
+            / batch.norm
+        )
 
     @torch.no_grad()
-    def accumulate(self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer,
-                   texts: dict[str, str]) -> dict[str, float]:
+    def accumulate(
+        self, model: nn.Module, batches: Iterable[Batch], *, tokenizer: Tokenizer, texts: dict[str, str]
+    ) -> dict[str, float]:
         total, frames, correct = 0.0, 0, 0
         ref: dict[str, list[str]] = {}
         hyp: dict[str, list[str]] = {}
@@ -145,8 +181,11 @@ class FrameCEObjective(Objective):
             logits, lengths = self._logits(model, batch)
             targets = batch.frame_targets
             assert targets is not None  # _logits checked
-            total += float(nn.functional.cross_entropy(
-                logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum"))
+            total += float(
+                nn.functional.cross_entropy(
+                    logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum"
+                )
+            )
             valid = targets != IGNORE
             frames += int(valid.sum())
             correct += int(((logits.argmax(dim=-1) == targets) & valid).sum())

@@ -64,8 +64,7 @@ class ResumeStore:
                 state = load_checkpoint(path)
                 tag = (int(state["position"]["epoch"]), int(state["position"]["batch"]))
             except (DataError, KeyError, TypeError) as err:
-                log.warning("%s: not a usable resume state (%s); ignoring it", path,
-                            str(err).split(";")[0])
+                log.warning("%s: not a usable resume state (%s); ignoring it", path, str(err).split(";")[0])
                 continue
             found[tag] = state
         return found
@@ -81,8 +80,10 @@ def common_tag(tags_per_learner: Iterable[Iterable[Tag]]) -> Tag | None:
 def check_resume_mode(mode: str) -> str:
     value = str(mode).lower()
     if value not in RESUME_MODES:
-        raise ConfigError(f"resume={mode!r} is unknown; choose auto (continue when a "
-                          "checkpoint exists), true (require one) or false (start over)")
+        raise ConfigError(
+            f"resume={mode!r} is unknown; choose auto (continue when a "
+            "checkpoint exists), true (require one) or false (start over)"
+        )
     return value
 
 
@@ -122,14 +123,13 @@ class FaultInjection:
         if int(who) != rank:
             return None
         if when.startswith("epoch"):
-            return cls(epoch=int(when[len("epoch"):]))
+            return cls(epoch=int(when[len("epoch") :]))
         return cls(step=int(when))
 
     def after_step(self, step: int, epoch: int = 0) -> None:
         """After optimizer step ``step`` (counted from 1) of epoch ``epoch`` (from 0)."""
         if step == self.step or (self.epoch is not None and epoch + 1 >= self.epoch):
-            log.warning("fault injection: killing this learner after step %d (epoch %d)", step,
-                        epoch + 1)
+            log.warning("fault injection: killing this learner after step %d (epoch %d)", step, epoch + 1)
             with contextlib.suppress(Exception):
                 logging.shutdown()
             os.kill(os.getpid(), signal.SIGKILL)

@@ -23,14 +23,17 @@ class LRSchedule:
         steps_per_epoch: steps in one epoch (for exponential decay).
     """
 
-    def __init__(self, cfg: ScheduleConfig, *, peak_lr: float, total_steps: int,
-                 steps_per_epoch: int) -> None:
+    def __init__(
+        self, cfg: ScheduleConfig, *, peak_lr: float, total_steps: int, steps_per_epoch: int
+    ) -> None:
         if cfg.anneal not in ("none", "cosine", "exponential"):
-            raise ConfigError(f"schedule.anneal={cfg.anneal!r} is unknown; choose none, cosine "
-                              "or exponential")
+            raise ConfigError(
+                f"schedule.anneal={cfg.anneal!r} is unknown; choose none, cosine or exponential"
+            )
         if cfg.warmup_steps < 0 or not 0 < cfg.decay <= 1 or not 0 <= cfg.final_scale <= 1:
-            raise ConfigError("schedule: warmup_steps must be >= 0, decay in (0, 1] and "
-                              f"final_scale in [0, 1] (got {cfg})")
+            raise ConfigError(
+                f"schedule: warmup_steps must be >= 0, decay in (0, 1] and final_scale in [0, 1] (got {cfg})"
+            )
         self.cfg, self.peak_lr = cfg, peak_lr
         self.total_steps, self.steps_per_epoch = max(1, total_steps), max(1, steps_per_epoch)
 

@@ -7,8 +7,9 @@ import torch
 from asrkit.training.config import SpecAugConfig
 
 
-def spec_augment(feats: torch.Tensor, lengths: torch.Tensor, cfg: SpecAugConfig,
-                 generator: torch.Generator) -> torch.Tensor:
+def spec_augment(
+    feats: torch.Tensor, lengths: torch.Tensor, cfg: SpecAugConfig, generator: torch.Generator
+) -> torch.Tensor:
     """Mask ``feats`` ``(B, T, F)`` (normalised, so 0 is the mean) and return a copy.
 
     Each utterance gets ``freq_masks`` bands of up to ``freq_width`` bins and
@@ -28,10 +29,10 @@ def spec_augment(feats: torch.Tensor, lengths: torch.Tensor, cfg: SpecAugConfig,
         for _ in range(cfg.freq_masks):
             width = draw(cfg.freq_width + 1)
             start = draw(dim - width + 1)
-            out[b, :, start:start + width] = 0.0
+            out[b, :, start : start + width] = 0.0
         limit = min(cfg.time_width, int(cfg.time_ratio * length))
         for _ in range(cfg.time_masks):
             width = draw(limit + 1)
             start = draw(length - width + 1)
-            out[b, start:start + width, :] = 0.0
+            out[b, start : start + width, :] = 0.0
     return out

