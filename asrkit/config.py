@@ -24,6 +24,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from asrkit.data.perturb import check_factors
 from asrkit.decoding.config import DecodeConfig
 from asrkit.distributed.config import STRATEGIES, StrategyConfig
 from asrkit.errors import ConfigError, raise_all
@@ -66,6 +67,9 @@ class DataConfig:
             ``dev_set`` and ``test_sets`` must be listed.
         lexicon: the corpus's pronunciation lexicon, when it has one (``tokenizer=phone``
             and ``lm.extra_words`` can use it).
+        speed_perturb: speed factors for the training set (e.g. ``[0.9,1.0,1.1]``, as Kaldi
+            and ESPnet): stage 1 adds a ``sox speed`` copy of every training utterance per
+            factor other than 1 (:mod:`asrkit.data.perturb`); empty: none.
     """
 
     corpus: str = "an4"
@@ -78,6 +82,10 @@ class DataConfig:
     test_sets: list[str] = field(default_factory=lambda: ["test"])
     import_dirs: dict[str, str] = field(default_factory=dict)
     lexicon: str = ""
+    speed_perturb: list[float] = field(default_factory=list)
+
+    def check(self) -> None:
+        raise_all(check_factors(list(self.speed_perturb)))
 
     @property
     def all_sets(self) -> list[str]:

@@ -10,6 +10,7 @@ from types import ModuleType
 
 from asrkit.data.datadir import validate_data_dir
 from asrkit.data.download import download_corpus
+from asrkit.data.perturb import speed_perturb
 from asrkit.errors import ConfigError, DataError
 from asrkit.stages.registry import StageContext, stage
 
@@ -98,6 +99,17 @@ def prepare(ctx: StageContext) -> None:
     for name in ctx.cfg.data.all_sets:
         data = validate_data_dir(ctx.data_root / name)
         log.info("%s: %d utterances, %d speakers", ctx.data_root / name, len(data.utt_ids), len(data.spk2utt))
+    factors = list(ctx.cfg.data.speed_perturb)
+    if factors:  # the training set only, after the dev split
+        train = ctx.data_root / ctx.cfg.data.train_set
+        perturbed = speed_perturb(train, factors)
+        log.info(
+            "%s: speed-perturbed x%s: %d utterances, %d speakers",
+            train,
+            " ".join(f"{f:g}" for f in sorted(factors)),
+            len(perturbed.utt_ids),
+            len(perturbed.spk2utt),
+        )
 
 
 #: What a data dir prepared elsewhere brings along that this recipe makes itself (features

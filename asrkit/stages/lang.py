@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from asrkit.data.datadir import read_data_dir
+from asrkit.data.perturb import original_only
 from asrkit.decoding.beam import lexicon_words, write_lexicon
 from asrkit.errors import DataError
 from asrkit.lm.ngram import EOS, NGramLM, estimate_kneser_ney, write_arpa
@@ -35,13 +36,18 @@ log = logging.getLogger(__name__)
 def lang(ctx: StageContext) -> None:
     data = read_data_dir(ctx.data_root / ctx.cfg.data.train_set)
     assert data.text is not None
-    tokenizer = train_tokenizer(data.text, ctx.exp_dir / "tokenizer", ctx.cfg.tokenizer, seed=ctx.cfg.seed)
+    # Speed-perturbed copies repeat their sentences: the tokenizer and the LM see each once.
+    factors = list(ctx.cfg.data.speed_perturb)
+    tokenizer = train_tokenizer(
+        original_only(data.text, factors), ctx.exp_dir / "tokenizer", ctx.cfg.tokenizer, seed=ctx.cfg.seed
+    )
     cfg = ctx.cfg.lm
     sentences: list[list[str]] = []
     for name, data_dir in resolve_sets(ctx, cfg.sets or [ctx.cfg.data.train_set]):
         text = read_data_dir(data_dir).text
         if text is None:
             raise DataError(f"{data_dir}/text: not found; lm.sets entries need transcripts")
+        text = original_only(text, factors)
         sentences += [line.split() for line in text.values() if line.split()]
         log.info("LM text: %d sentences from %s", len(text), name)
     if cfg.extra_text:

@@ -1,0 +1,132 @@
+"""Speed perturbation of a Kaldi data dir (``data.speed_perturb``), as Kaldi's
+``utils/data/perturb_data_dir_speed_3way.sh`` and ESPnet do it.
+
+Each factor ``f`` other than 1 adds a copy of every utterance, read through
+``sox ... speed f`` (tempo and pitch change together; the sample rate stays), with the
+utterance and its speaker renamed ``sp<f>-<id>`` — a perturbed speaker is another
+speaker, so per-speaker CMVN treats it as one, and ids stay speaker-prefixed and sorted.
+Factor 1 keeps the originals under their own ids. Only the training set is perturbed
+(after the dev split), and :func:`original_only` lets the LM and tokenizer see each
+sentence once.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from pathlib import Path
+
+from asrkit.data.datadir import DataDir, read_data_dir, read_kaldi_map, validate_data_dir, write_data_dir
+from asrkit.data.datadir import write_kaldi_map as write_map
+from asrkit.errors import ConfigError, DataError
+
+
+def check_factors(factors: list[float]) -> list[str]:
+    """Problems with ``data.speed_perturb`` (empty: none)."""
+    if not factors:
+        return []
+    problems = []
+    if any(not 0.5 <= f <= 2.0 for f in factors):
+        problems.append(
+            f"data.speed_perturb={list(factors)}: factors must lie in [0.5, 2.0] (Kaldi uses 0.9 1.0 1.1)"
+        )
+    if len(set(factors)) != len(factors):
+        problems.append(f"data.speed_perturb={list(factors)}: a factor is listed twice")
+    if 1.0 not in factors:
+        problems.append(
+            f"data.speed_perturb={list(factors)}: include 1.0, or the original speech is left out of training"
+        )
+    return problems
+
+
+def prefix(factor: float) -> str:
+    """The id prefix of utterances and speakers perturbed by ``factor`` (``sp0.9-``)."""
+    return "" if factor == 1.0 else f"sp{factor:g}-"
+
+
+def original_only(text: dict[str, str], factors: list[float]) -> dict[str, str]:
+    """``text`` without the perturbed copies (each sentence once, for the LM and tokenizer)."""
+    marks = tuple(prefix(f) for f in factors if f != 1.0)
+    if not marks:
+        return text
+    return {utt: words for utt, words in text.items() if not utt.startswith(marks)}
+
+
+def _through_sox(entry: str, factor: float) -> str:
+    """The ``wav.scp`` entry that reads ``entry``'s audio at ``factor`` speed (a pipe)."""
+    effect = f"sox -t wav - -t wav - speed {factor:g} |"
+    if entry.rstrip().endswith("|"):
+        return f"{entry.rstrip()[:-1].rstrip()} | {effect}"
+    return f"sox {shlex.quote(entry)} -t wav - speed {factor:g} |"
+
+
+def speed_perturb(data_dir: str | Path, factors: list[float]) -> DataDir:
+    """Replace the utterances of the data dir ``data_dir`` by their speed-perturbed copies.
+    The new files are written and validated in a staging dir first, then moved in.
+    Per-utterance files (``text``, ``wav.scp``...) and per-speaker ones (``spk2gender``,
+    ``spk2group``...) follow the renamed ids; features and their stats are removed, to be
+    recomputed; anything else in the dir is left alone.
+
+    Raises:
+        ConfigError: bad factors.
+        DataError: the dir is invalid, or has ``segments`` (perturb the recordings
+            instead: not supported).
+    """
+    problems = check_factors(factors)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    data_dir = Path(data_dir)
+    if (data_dir / "segments").exists():
+        raise DataError(
+            f"{data_dir}/segments: speed perturbation of segmented recordings is not supported; "
+            "write one wav.scp entry per utterance or drop data.speed_perturb"
+        )
+    data = read_data_dir(data_dir)
+    assert data.text is not None
+    per_speaker = {
+        p.name: read_kaldi_map(p)
+        for p in sorted(data_dir.glob("spk2*"))
+        if p.name != "spk2utt" and p.is_file()
+    }
+    out = DataDir(wav_scp={}, utt2spk={}, text={})
+    assert out.text is not None
+    speakers: dict[str, dict[str, str]] = {name: {} for name in per_speaker}
+    for factor in sorted(factors):
+        mark = prefix(factor)
+        for utt, spk in data.utt2spk.items():
+            new = mark + utt
+            out.utt2spk[new] = mark + spk
+            out.wav_scp[new] = data.wav_scp[utt] if factor == 1.0 else _through_sox(data.wav_scp[utt], factor)
+            out.text[new] = data.text[utt]
+        for name, mapping in per_speaker.items():
+            speakers[name].update({mark + spk: value for spk, value in mapping.items()})
+    out.wav_scp, out.utt2spk, out.text = (
+        dict(sorted(m.items())) for m in (out.wav_scp, out.utt2spk, out.text)
+    )
+    staging = data_dir.with_name(f".{data_dir.name}.perturbing")
+    shutil.rmtree(staging, ignore_errors=True)
+    write_data_dir(staging, out)
+    for name, mapping in speakers.items():
+        write_map(staging / name, dict(sorted(mapping.items())))
+    (staging / "speed_perturb").write_text(" ".join(f"{f:g}" for f in sorted(factors)) + "\n")
+    validate_data_dir(staging)
+    # Replace the dir's files, not the dir: it may hold other things (audio, a user's notes).
+    for stale in _DERIVED:
+        (data_dir / stale).unlink(missing_ok=True)
+    for path in sorted(staging.iterdir()):
+        path.replace(data_dir / path.name)
+    staging.rmdir()
+    return out
+
+
+#: Files computed from a data dir's utterances (features and their stats): the perturbed
+#: dir has other utterances, so they go, to be recomputed by the features stage.
+_DERIVED = (
+    "feats.scp",
+    "cmvn.scp",
+    "utt2num_frames",
+    "utt2dur",
+    "feats.yaml",
+    "cmvn_global.ark",
+    "frame_shift",
+)
