@@ -24,19 +24,14 @@ saved.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import random
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
 
-import numpy as np
 import torch
 from torch import nn
 
-from asrkit.data.batch import Batch
 from asrkit.data.stream import BucketBatches, UtteranceSource
 from asrkit.distributed.base import StrategyHooks, add_flat_, flatten
 from asrkit.distributed.comm import Communicator
@@ -220,40 +215,6 @@ class PairwiseAverager:
             self.global_samples, self._samples_at_check, self._checked_at = total, local, now
             self._paused_s = 0.0
         return int(status[1]) == len(self.members)
-
-
-class ProgressBatches(BucketBatches):
-    """A learner's own shard, cycled; global epoch ``e`` ends once all learners together
-    have processed ``(e + 1) x`` the training set (so a fast learner takes more steps)."""
-
-    def __init__(
-        self, source: UtteranceSource, *, total: int, progress: Callable[[], float], **kwargs
-    ) -> None:
-        super().__init__(source, **kwargs)
-        self.total, self.progress = total, progress
-        self.last_bucket = 0  # utterances in the latest batch across its learners (HYBRID's group)
-
-    def plan(self, epoch: int, *, start: int = 0) -> Iterator[np.ndarray]:
-        # ``start`` is unused: these learners resume from epoch ends only (not lock-step).
-        # Endless: the consumer stops once the global progress says the epoch is over.
-        rng = random.Random(self.seed * 100_003 + epoch)
-        while True:
-            order = list(range(len(self.buckets)))
-            if self.shuffle:
-                rng.shuffle(order)
-            for b in order:
-                yield self.buckets[b]
-
-    def epoch(self, epoch: int, *, start: int = 0) -> Generator[Batch, None, None]:
-        goal = (epoch + 1) * self.total
-        if self.progress() >= goal:
-            return
-        with contextlib.closing(super().epoch(epoch)) as batches:  # stops its read-ahead
-            for batch in batches:
-                if self.progress() >= goal:
-                    return
-                self.last_bucket = batch.global_utts
-                yield batch
 
 
 class AdpsgdHooks(StrategyHooks):

@@ -5,16 +5,19 @@ and the per-learner metrics. Strategies talk only through a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from asrkit.data.batch import Batch
 from asrkit.data.io import atomic_write
 from asrkit.data.stream import BucketBatches, UtteranceSource
 from asrkit.distributed.comm import Communicator, Pending
@@ -25,7 +28,7 @@ from asrkit.training.resume import Tag, common_tag
 from asrkit.training.trainer import TrainHooks, TrainState, loader_settings
 
 if TYPE_CHECKING:
-    from asrkit.distributed.adpsgd import PairwiseAverager, ProgressBatches
+    from asrkit.distributed.adpsgd import PairwiseAverager
 
 
 class Straggler:
@@ -76,6 +79,40 @@ def steady_rate(learners: list[dict[str, Any]]) -> float | None:
     span = max(m["window"][1] for m in started) - min(m["window"][0] for m in started)
     samples = sum(m["window_samples"] for m in started)
     return round(samples / span, 3) if span > 0 and samples > 0 else None
+
+
+class ProgressBatches(BucketBatches):
+    """A learner's own shard, cycled; global epoch ``e`` ends once all learners together
+    have processed ``(e + 1) x`` the training set (so a fast learner takes more steps)."""
+
+    def __init__(
+        self, source: UtteranceSource, *, total: int, progress: Callable[[], float], **kwargs
+    ) -> None:
+        super().__init__(source, **kwargs)
+        self.total, self.progress = total, progress
+        self.last_bucket = 0  # utterances in the latest batch across its learners (HYBRID's group)
+
+    def plan(self, epoch: int, *, start: int = 0) -> Iterator[np.ndarray]:
+        # ``start`` is unused: these learners resume from epoch ends only (not lock-step).
+        # Endless: the consumer stops once the global progress says the epoch is over.
+        rng = random.Random(self.seed * 100_003 + epoch)
+        while True:
+            order = list(range(len(self.buckets)))
+            if self.shuffle:
+                rng.shuffle(order)
+            for b in order:
+                yield self.buckets[b]
+
+    def epoch(self, epoch: int, *, start: int = 0) -> Generator[Batch, None, None]:
+        goal = (epoch + 1) * self.total
+        if self.progress() >= goal:
+            return
+        with contextlib.closing(super().epoch(epoch)) as batches:  # stops its read-ahead
+            for batch in batches:
+                if self.progress() >= goal:
+                    return
+                self.last_bucket = batch.global_utts
+                yield batch
 
 
 class StrategyHooks(TrainHooks):
@@ -186,8 +223,6 @@ class StrategyHooks(TrainHooks):
         """Batches of shard ``shard`` of ``shards`` (every ``shards``-th utterance), cycled
         until the global ``progress`` ends the epoch (ADPSGD, HYBRID: learners that do not
         step in lock-step); ``rank``/``world`` split each batch among a group's learners."""
-        from asrkit.distributed.adpsgd import ProgressBatches
-
         check_enough(source, shards)
         # Batches are 1/shards of the global batch, so optim.lr keeps SYNC's meaning.
         return ProgressBatches(

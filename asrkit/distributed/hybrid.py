@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from asrkit.data.stream import BucketBatches, UtteranceSource
-from asrkit.distributed.adpsgd import PairwiseAverager, ProgressBatches
-from asrkit.distributed.base import StrategyHooks, add_flat_
+from asrkit.distributed.adpsgd import PairwiseAverager
+from asrkit.distributed.base import ProgressBatches, StrategyHooks, add_flat_
 from asrkit.distributed.comm import Communicator
 from asrkit.distributed.config import HybridConfig
 from asrkit.training.config import TrainConfig
