@@ -8,6 +8,7 @@ import sys
 from omegaconf import OmegaConf
 
 from asrkit.config import DEFAULT_CONFIG_DIR, compose
+from asrkit.distributed.config import STRATEGIES
 from asrkit.stages import run_stages
 from asrkit.stages.registry import describe_stages
 
@@ -16,9 +17,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run recipe stages",
-        description="Run numbered recipe stages. Settings come from conf/config.yaml and "
+        description="Run numbered recipe stages. Settings come from asrkit/conf/config.yaml and "
         "Hydra overrides such as features.num_mel_bins=40 or features=mfcc.",
-        epilog="stages:\n" + describe_stages(),
+        epilog="stages:\n"
+        + describe_stages()
+        + "\n\nstrategies (strategy=NAME, stage 4):\n"
+        + "\n".join(f"  {name:<13} {info.summary}" for name, info in STRATEGIES.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--stage", type=int, default=0, help="first stage (default 0)")
