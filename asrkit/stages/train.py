@@ -69,8 +69,7 @@ log = logging.getLogger(__name__)
     outputs=lambda ctx: [ctx.exp_dir / "model.pt"],
 )
 def train(ctx: StageContext) -> None:
-    strategy = ctx.cfg.strategy
-    strategy.check()
+    strategy = ctx.cfg.strategy  # checked with every other setting at composition
     if ctx.cfg.objective == "ce":
         # Before any learner starts: they all read the tokenizer this may copy.
         adopt_alignment_tokenizer(alignment_source(ctx.cfg, ctx.exp_dir, "train"), ctx.exp_dir)

@@ -223,7 +223,7 @@ class Trainer:
         resume_key: str = "",
         fault: FaultInjection | None = None,
     ) -> None:
-        cfg.check()
+        cfg.check()  # for callers that build a Trainer without composing a recipe config
         self.resume, self.resume_key = check_resume_mode(resume), resume_key
         self.cfg, self.specaug, self.meta, self.seed = cfg, specaug, meta, seed
         self.objective = objective or CtcObjective()
