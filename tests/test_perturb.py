@@ -10,7 +10,7 @@ import pytest
 from asrkit.config import compose
 from asrkit.data.audio import load_audio
 from asrkit.data.datadir import read_data_dir, read_kaldi_map, validate_data_dir, write_kaldi_map
-from asrkit.data.perturb import original_only, speed_perturb
+from asrkit.data.perturb import original_only, perturbed_factors, speed_perturb
 from asrkit.errors import ConfigError, DataError
 from tests.helpers import make_data_dir
 
@@ -22,6 +22,7 @@ def test_three_way_perturbation_renames_reads_and_keeps_speaker_files(tmp_path: 
     train = tmp_path / "train"
     original = make_data_dir(train, utts=4)
     write_kaldi_map(train / "spk2gender", {"spk1": "f", "spk2": "m"})
+    write_kaldi_map(train / "utt2lang", dict.fromkeys(original.utt_ids, "en"))
     # A pipe entry too, as AN4's raw audio is read.
     piped = f"sox {original.wav_scp['spk2-utt3']} -t wav - |"
     write_kaldi_map(train / "wav.scp", {**original.wav_scp, "spk2-utt3": piped})
@@ -34,6 +35,8 @@ def test_three_way_perturbation_renames_reads_and_keeps_speaker_files(tmp_path: 
     assert data.wav_scp["spk1-utt0"] == original.wav_scp["spk1-utt0"]  # factor 1: the original
     assert data.text is not None and data.text["sp1.1-spk2-utt3"] == original.text["spk2-utt3"]
     assert read_kaldi_map(train / "spk2gender")["sp1.1-spk2"] == "m"
+    assert read_kaldi_map(train / "utt2lang")["sp0.9-spk1-utt1"] == "en"
+    assert read_kaldi_map(train / "utt2uniq")["sp1.1-spk2-utt3"] == "spk2-utt3"
     assert (train / "speed_perturb").read_text().split() == ["0.9", "1", "1.1"]
     # The perturbed audio plays slower (0.9: longer) or faster (1.1: shorter), at the same rate.
     for utt in ("spk1-utt0", "spk2-utt3"):
@@ -44,7 +47,9 @@ def test_three_way_perturbation_renames_reads_and_keeps_speaker_files(tmp_path: 
         assert len(slow) == pytest.approx(len(base) / 0.9, rel=0.01)
         assert len(fast) == pytest.approx(len(base) / 1.1, rel=0.01)
     # The LM and the tokenizer see each sentence once.
-    assert original_only(data.text, [0.9, 1.0, 1.1]) == original.text
+    assert original_only(data.text, perturbed_factors(train)) == original.text
+    with pytest.raises(DataError, match="already speed-perturbed"):
+        speed_perturb(train, [0.9, 1.0, 1.1])
 
 
 def test_bad_factors_and_segments_are_refused(tmp_path: Path) -> None:

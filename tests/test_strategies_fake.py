@@ -124,6 +124,7 @@ def _await_rounds(hooks, rounds: int) -> None:
     it has averaged once per ``averaging_period`` steps, so that the number of rounds is known."""
     deadline = time.monotonic() + 10
     while hooks.averager is not None and hooks.averager.rounds < rounds:
+        assert hooks.averager.error is None, hooks.averager.error
         assert time.monotonic() < deadline, "the averaging thread stalled"
         time.sleep(0.0005)
 
@@ -141,7 +142,7 @@ def test_adpsgd_preserves_the_mean_and_reaches_consensus(learners: int, pattern:
     assert _spread(starts) > 1.0
     assert _spread(ends) < 1e-3 * _spread(starts)
     detail = metrics[0]["learners_detail"]
-    assert all(m["averagings"] > 0 and m["comm_wait_s"] is not None for m in detail)
+    assert all(m["averagings"] >= 40 for m in detail)
 
 
 def test_adpsgd_final_consensus_leaves_one_model() -> None:
@@ -217,7 +218,6 @@ def test_sync_gradient_averaging_equals_one_process_on_the_global_batch() -> Non
         optimizer.step()
     assert torch.equal(results[0][0], results[1][0])
     assert torch.allclose(results[0][0], flatten(list(one.parameters())), atol=1e-6)
-    assert results[0][1]["learners_detail"][0]["comm_wait_s"] is None  # overlapped in DDP
 
 
 def test_hybrid_groups_stay_identical_while_leaders_mix() -> None:
@@ -250,4 +250,31 @@ def test_hybrid_groups_stay_identical_while_leaders_mix() -> None:
     assert not torch.equal(traces[0][0], traces[2][0])  # the groups saw different data
     detail = results[0][1]["learners_detail"]
     assert detail[0]["averagings"] > 0 and detail[1]["averagings"] == 0  # leaders average
-    assert all(m["comm_wait_s"] is not None for m in detail)
+
+
+def test_hybrid_leaders_mix_the_groups_and_keep_the_mean() -> None:
+    """lr 0, the two groups start apart: the leaders' averaging, handed to each group,
+    brings all four replicas together without moving their mean."""
+    cfg = strategy_config("hybrid", learners=4, group_size=2, final_consensus=False, timeout_s=20)
+
+    def learner(comm: FakeCommunicator):
+        hooks = build_strategy(cfg, comm, seed=0)
+        model = _model()
+        wrapped = hooks.wrap_model(model)
+        with torch.no_grad():  # one offset per group, after the initial broadcast
+            for p in model.parameters():
+                p.add_(float(comm.rank // 2) * 4.0)
+        start = flatten(list(model.parameters()))
+        hooks.batches = SimpleNamespace(last_bucket=2)
+        state = TrainState()
+        for _ in range(20):
+            _step(hooks, wrapped, state)
+            _await_rounds(hooks, state.step)
+        hooks.finish(wrapped, state)
+        return start, flatten(list(model.parameters()))
+
+    results = FakeWorld(4).run(learner)
+    starts, ends = [r[0] for r in results], [r[1] for r in results]
+    assert torch.allclose(torch.stack(ends).mean(0), torch.stack(starts).mean(0), atol=1e-5)
+    assert _spread(starts) > 1.0 and _spread(ends) < 1e-3 * _spread(starts)
+    assert torch.equal(ends[0], ends[1]) and torch.equal(ends[2], ends[3])

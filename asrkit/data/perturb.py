@@ -30,8 +30,8 @@ def check_factors(factors: list[float]) -> list[str]:
         problems.append(
             f"data.speed_perturb={list(factors)}: factors must lie in [0.5, 2.0] (Kaldi uses 0.9 1.0 1.1)"
         )
-    if len(set(factors)) != len(factors):
-        problems.append(f"data.speed_perturb={list(factors)}: a factor is listed twice")
+    if len({prefix(f) for f in factors}) != len(factors):
+        problems.append(f"data.speed_perturb={list(factors)}: a factor is listed twice (ids use {{f:g}})")
     if 1.0 not in factors:
         problems.append(
             f"data.speed_perturb={list(factors)}: include 1.0, or the original speech is left out of training"
@@ -42,6 +42,12 @@ def check_factors(factors: list[float]) -> list[str]:
 def prefix(factor: float) -> str:
     """The id prefix of utterances and speakers perturbed by ``factor`` (``sp0.9-``)."""
     return "" if factor == 1.0 else f"sp{factor:g}-"
+
+
+def perturbed_factors(data_dir: str | Path) -> list[float]:
+    """The factors a data dir was perturbed with (its ``speed_perturb`` file), or ``[]``."""
+    marker = Path(data_dir) / "speed_perturb"
+    return [float(f) for f in marker.read_text().split()] if marker.is_file() else []
 
 
 def original_only(text: dict[str, str], factors: list[float]) -> dict[str, str]:
@@ -63,14 +69,14 @@ def _through_sox(entry: str, factor: float) -> str:
 def speed_perturb(data_dir: str | Path, factors: list[float]) -> DataDir:
     """Replace the utterances of the data dir ``data_dir`` by their speed-perturbed copies.
     The new files are written and validated in a staging dir first, then moved in.
-    Per-utterance files (``text``, ``wav.scp``...) and per-speaker ones (``spk2gender``,
-    ``spk2group``...) follow the renamed ids; features and their stats are removed, to be
-    recomputed; anything else in the dir is left alone.
+    ``wav.scp``, ``text``, ``utt2spk``, the other ``utt2*`` and the ``spk2*`` files follow
+    the renamed ids (``utt2uniq`` names each copy's original, as in Kaldi); features and
+    their stats are removed, to be recomputed; anything else in the dir is left alone.
 
     Raises:
         ConfigError: bad factors.
-        DataError: the dir is invalid, or has ``segments`` (perturb the recordings
-            instead: not supported).
+        DataError: the dir is invalid, already perturbed, or has ``segments`` (perturbing
+            recordings is not supported).
     """
     problems = check_factors(factors)
     if problems:
@@ -83,6 +89,20 @@ def speed_perturb(data_dir: str | Path, factors: list[float]) -> DataDir:
         )
     data = read_data_dir(data_dir)
     assert data.text is not None
+    marks = tuple(prefix(f) for f in factors if f != 1.0)
+    done = [utt for utt in data.utt_ids if utt.startswith(marks)]
+    if done:
+        raise DataError(
+            f"{data_dir}: utterance '{done[0]}' is already speed-perturbed; prepare the data dir "
+            "afresh (run stage 1 from the corpus) instead of perturbing it twice"
+        )
+    # Other per-utterance and per-speaker files follow the renamed ids (entries of speakers
+    # or utterances no longer in the dir are dropped); utt2uniq names each copy's original.
+    per_utt = {
+        p.name: read_kaldi_map(p)
+        for p in sorted(data_dir.glob("utt2*"))
+        if p.is_file() and p.name not in ("utt2spk", "utt2uniq", *_DERIVED)
+    }
     per_speaker = {
         p.name: read_kaldi_map(p)
         for p in sorted(data_dir.glob("spk2*"))
@@ -90,6 +110,7 @@ def speed_perturb(data_dir: str | Path, factors: list[float]) -> DataDir:
     }
     out = DataDir(wav_scp={}, utt2spk={}, text={})
     assert out.text is not None
+    utts: dict[str, dict[str, str]] = {name: {} for name in [*per_utt, "utt2uniq"]}
     speakers: dict[str, dict[str, str]] = {name: {} for name in per_speaker}
     for factor in sorted(factors):
         mark = prefix(factor)
@@ -98,15 +119,19 @@ def speed_perturb(data_dir: str | Path, factors: list[float]) -> DataDir:
             out.utt2spk[new] = mark + spk
             out.wav_scp[new] = data.wav_scp[utt] if factor == 1.0 else _through_sox(data.wav_scp[utt], factor)
             out.text[new] = data.text[utt]
+            utts["utt2uniq"][new] = utt
+            for name, mapping in per_utt.items():
+                if utt in mapping:
+                    utts[name][new] = mapping[utt]
         for name, mapping in per_speaker.items():
-            speakers[name].update({mark + spk: value for spk, value in mapping.items()})
+            speakers[name].update({mark + spk: mapping[spk] for spk in data.spk2utt if spk in mapping})
     out.wav_scp, out.utt2spk, out.text = (
         dict(sorted(m.items())) for m in (out.wav_scp, out.utt2spk, out.text)
     )
     staging = data_dir.with_name(f".{data_dir.name}.perturbing")
     shutil.rmtree(staging, ignore_errors=True)
     write_data_dir(staging, out)
-    for name, mapping in speakers.items():
+    for name, mapping in {**utts, **speakers}.items():
         write_map(staging / name, dict(sorted(mapping.items())))
     (staging / "speed_perturb").write_text(" ".join(f"{f:g}" for f in sorted(factors)) + "\n")
     validate_data_dir(staging)

@@ -55,8 +55,9 @@ class Communicator(ABC):
     def new_group(
         self, members: Sequence[int] | None = None, *, backend: str | None = "gloo"
     ) -> Communicator | None:
-        """A group of ``members`` (default: this group's). Every member of this group
-        calls it in the same order; non-members get ``None``. ``backend=None`` is the
+        """A group of ``members`` (default: this group's). Called on the world
+        communicator by every learner, in the same order (torch.distributed makes groups
+        world-wide); non-members get ``None``. ``backend=None`` is the
         default backend (NCCL on GPUs); ``gloo`` is safe from a second thread."""
 
     @abstractmethod
@@ -164,6 +165,8 @@ class TorchCommunicator(Communicator):
         return _Requests([dist.barrier(group=self.group, async_op=True)], None)
 
     def exchange(self, tensor: torch.Tensor, partner: int) -> Pending:
+        if self._on_device:
+            raise RuntimeError("pairwise exchanges run on gloo groups (new_group(backend='gloo'))")
         theirs = torch.empty_like(tensor)
         requests = [
             dist.isend(tensor, dst=partner, group=self.group),

@@ -193,7 +193,7 @@ class DelayByOneConfig(AveragingConfig):
         if self.staleness not in (0, 1):
             problems.append(f"strategy.staleness={self.staleness}; choose 0 or 1")
         if not 0.0 <= self.mix_weight <= 0.5:
-            problems.append(f"strategy.mix_weight={self.mix_weight} must be in (0, 0.5] (0 = automatic)")
+            problems.append(f"strategy.mix_weight={self.mix_weight} must be in [0, 0.5] (0 = automatic)")
         return problems
 
     @property

@@ -166,9 +166,14 @@ class FakeCommunicator(Communicator):
     def new_group(
         self, members: Sequence[int] | None = None, *, backend: str | None = "gloo"
     ) -> FakeCommunicator | None:
-        # Groups are named by the order they were made in, as every learner makes the
-        # same groups in the same order.
-        name = (*self.group, self._groups_made)
+        # torch.distributed makes groups collectively over the whole world, so groups are
+        # made from the world communicator only (here as there); they are named by the
+        # order they were made in, as every learner makes the same groups in the same order.
+        if self.group != ():
+            raise RuntimeError(
+                "make groups from the world communicator (torch.distributed.new_group is world-wide)"
+            )
+        name = (self._groups_made,)
         self._groups_made += 1
         ranks = sorted(self.members if members is None else members)
         if self.rank not in ranks:
@@ -219,22 +224,35 @@ class FakeCommunicator(Communicator):
 
 class _AveragedGradients(nn.Module):
     """DDP's contract without DDP: each parameter's gradient is replaced by the group's
-    mean as soon as ``backward()`` has accumulated it (a hook per parameter, fired in the
-    same order on every learner, since their models are the same)."""
+    mean as soon as ``backward()`` has accumulated it (a hook per parameter). The learners'
+    hooks meet in the order they fire; each contribution carries its parameter's index, so
+    learners whose backward passes fire in different orders fail instead of mixing up
+    gradients. CPU models only (CUDA autograd runs every learner's hooks on one thread)."""
 
     def __init__(self, module: nn.Module, comm: FakeCommunicator) -> None:
         super().__init__()
         self.module = module
-        for param in module.parameters():
+        for index, param in enumerate(module.parameters()):
+            if param.device.type != "cpu":
+                raise RuntimeError("the fake communicator's data_parallel takes CPU models only")
             if param.requires_grad:
-                param.register_post_accumulate_grad_hook(self._averager(comm))
+                param.register_post_accumulate_grad_hook(self._averager(comm, index))
 
     @staticmethod
-    def _averager(comm: FakeCommunicator) -> Callable[[torch.Tensor], None]:
+    def _averager(comm: FakeCommunicator, index: int) -> Callable[[torch.Tensor], None]:
+        def mean(values: dict[int, Any]) -> torch.Tensor:
+            indices = {i for i, _ in values.values()}
+            if len(indices) != 1:
+                raise RuntimeError(f"learners averaged different parameters at once: {sorted(indices)}")
+            total = values[comm.members[0]][1].clone()
+            for r in comm.members[1:]:
+                total += values[r][1]
+            return total / comm.size
+
         def hook(param: torch.Tensor) -> None:
             assert param.grad is not None
-            comm.all_reduce(param.grad)
-            param.grad /= comm.size
+            later = comm._start("gradient all_reduce", (index, param.grad.detach().clone()), mean)
+            param.grad.copy_(later.wait())
 
         return hook
 

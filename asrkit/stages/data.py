@@ -80,6 +80,7 @@ def download(ctx: StageContext) -> None:
 def prepare(ctx: StageContext) -> None:
     if imported(ctx.cfg.data.import_dirs):
         import_data_dirs(imported(ctx.cfg.data.import_dirs), ctx.cfg.data.all_sets, ctx.data_root)
+        perturb_training_set(ctx)  # the imported copy: the original dir is never written
         return
     prep = load_prep_module(ctx.cfg.data.prep_script)
     corpus_dir = Path(ctx.cfg.data.corpus_dir)
@@ -99,17 +100,24 @@ def prepare(ctx: StageContext) -> None:
     for name in ctx.cfg.data.all_sets:
         data = validate_data_dir(ctx.data_root / name)
         log.info("%s: %d utterances, %d speakers", ctx.data_root / name, len(data.utt_ids), len(data.spk2utt))
+    perturb_training_set(ctx)
+
+
+def perturb_training_set(ctx: StageContext) -> None:
+    """``data.speed_perturb``: the training set only, after the dev split."""
     factors = list(ctx.cfg.data.speed_perturb)
-    if factors:  # the training set only, after the dev split
-        train = ctx.data_root / ctx.cfg.data.train_set
-        perturbed = speed_perturb(train, factors)
-        log.info(
-            "%s: speed-perturbed x%s: %d utterances, %d speakers",
-            train,
-            " ".join(f"{f:g}" for f in sorted(factors)),
-            len(perturbed.utt_ids),
-            len(perturbed.spk2utt),
-        )
+    train = ctx.data_root / ctx.cfg.data.train_set
+    (train / "speed_perturb").unlink(missing_ok=True)  # a previous run's marker
+    if not factors:
+        return
+    perturbed = speed_perturb(train, factors)
+    log.info(
+        "%s: speed-perturbed x%s: %d utterances, %d speakers",
+        train,
+        " ".join(f"{f:g}" for f in sorted(factors)),
+        len(perturbed.utt_ids),
+        len(perturbed.spk2utt),
+    )
 
 
 #: What a data dir prepared elsewhere brings along that this recipe makes itself (features

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from asrkit.data.datadir import read_data_dir
-from asrkit.data.perturb import original_only
+from asrkit.data.perturb import original_only, perturbed_factors
 from asrkit.decoding.beam import lexicon_words, write_lexicon
 from asrkit.errors import DataError
 from asrkit.lm.ngram import EOS, NGramLM, estimate_kneser_ney, write_arpa
@@ -37,7 +37,7 @@ def lang(ctx: StageContext) -> None:
     data = read_data_dir(ctx.data_root / ctx.cfg.data.train_set)
     assert data.text is not None
     # Speed-perturbed copies repeat their sentences: the tokenizer and the LM see each once.
-    factors = list(ctx.cfg.data.speed_perturb)
+    factors = perturbed_factors(ctx.data_root / ctx.cfg.data.train_set)
     tokenizer = train_tokenizer(
         original_only(data.text, factors), ctx.exp_dir / "tokenizer", ctx.cfg.tokenizer, seed=ctx.cfg.seed
     )
@@ -47,7 +47,7 @@ def lang(ctx: StageContext) -> None:
         text = read_data_dir(data_dir).text
         if text is None:
             raise DataError(f"{data_dir}/text: not found; lm.sets entries need transcripts")
-        text = original_only(text, factors)
+        text = original_only(text, perturbed_factors(data_dir))
         sentences += [line.split() for line in text.values() if line.split()]
         log.info("LM text: %d sentences from %s", len(text), name)
     if cfg.extra_text:
