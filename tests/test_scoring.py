@@ -11,6 +11,7 @@ from pathlib import Path
 import jiwer
 import pytest
 
+from asrkit.bench.scoring import sclite_command
 from asrkit.cli.main import main
 from asrkit.errors import DataError
 from asrkit.scoring import ErrorCounts, align_words, read_text, score_files, score_texts
@@ -125,22 +126,7 @@ def test_agrees_with_nist_sclite(tmp_path: Path, seed: int) -> None:
     hyp = _write(tmp_path / "hyp", [f"{u} {' '.join(h)}".strip() for u, h in zip(ids, hyps, strict=True)])
     result = score_files(ref, hyp, out_dir=tmp_path / "scoring")
     report = subprocess.run(
-        [
-            sctk,
-            "sclite",
-            "-r",
-            str(tmp_path / "scoring" / "ref.trn"),
-            "trn",
-            "-h",
-            str(tmp_path / "scoring" / "hyp.trn"),
-            "trn",
-            "-i",
-            "rm",
-            "-o",
-            "dtl",
-            "pra",
-            "stdout",
-        ],
+        sclite_command(sctk, tmp_path / "scoring", "dtl", "pra"),
         capture_output=True,
         text=True,
         check=True,

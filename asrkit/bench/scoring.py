@@ -99,21 +99,7 @@ def bench_scoring(data_dir: str = "", *, utterances: int = 20000) -> dict:
             raise RuntimeError(f"asrkit score failed: {ours.stderr[-2000:]}")
         began = time.perf_counter()
         theirs = subprocess.run(
-            [
-                sctk,
-                "sclite",
-                "-r",
-                str(tmp_path / "scoring" / "ref.trn"),
-                "trn",
-                "-h",
-                str(tmp_path / "scoring" / "hyp.trn"),
-                "trn",
-                "-i",
-                "rm",
-                "-o",
-                "dtl",
-                "stdout",
-            ],
+            sclite_command(sctk, tmp_path / "scoring", "dtl"),
             capture_output=True,
             text=True,
             check=False,
@@ -137,6 +123,13 @@ def bench_scoring(data_dir: str = "", *, utterances: int = 20000) -> dict:
         "sclite_sub_del_ins": [theirs_counts.get(k) for k in ("sub", "del", "ins")],
         "agree": ours_counts == theirs_counts,
     }
+
+
+def sclite_command(sctk: str, scoring_dir: Path, *reports: str) -> list[str]:
+    """NIST sclite on the ``ref.trn``/``hyp.trn`` of an asrkit scoring dir, printing
+    ``reports`` (``dtl``, ``pra``...) to stdout."""
+    return [sctk, "sclite", "-r", str(scoring_dir / "ref.trn"), "trn", "-h", str(scoring_dir / "hyp.trn"),
+            "trn", "-i", "rm", "-o", *reports, "stdout"]  # fmt: skip
 
 
 def _kaldi_counts(text: str) -> dict[str, int] | None:
