@@ -88,19 +88,7 @@ class CtcObjective(Objective):
     decodes_from = "ctc"
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        out = model(batch.feats, batch.lengths)
-        return (
-            nn.functional.ctc_loss(
-                out["ctc"].transpose(0, 1),
-                batch.targets,
-                out["lengths"],
-                batch.target_lengths,
-                blank=0,
-                reduction="sum",
-                zero_infinity=True,
-            )
-            / batch.norm
-        )
+        return _summed_ctc(model(batch.feats, batch.lengths), batch) / batch.norm
 
     @torch.no_grad()
     def accumulate(
@@ -111,17 +99,7 @@ class CtcObjective(Objective):
         hyp: dict[str, list[str]] = {}
         for batch in batches:
             out = model(batch.feats, batch.lengths)
-            total += float(
-                nn.functional.ctc_loss(
-                    out["ctc"].transpose(0, 1),
-                    batch.targets,
-                    out["lengths"],
-                    batch.target_lengths,
-                    blank=0,
-                    reduction="sum",
-                    zero_infinity=True,
-                )
-            )
+            total += float(_summed_ctc(out, batch))
             count += len(batch.utts)
             self._wer(batch, out["ctc"], out["lengths"], tokenizer, ref, hyp, texts)
         return {"loss_sum": total, "utts": float(count), **self._word_errors(ref, hyp)}
@@ -216,3 +194,16 @@ def build_objective(name: str, *, token_classes: bool = False) -> Objective:
     if name not in OBJECTIVES:
         raise ConfigError(f"objective={name!r} is unknown; choose one of {sorted(OBJECTIVES)}")
     return OBJECTIVES[name](token_classes)
+
+
+def _summed_ctc(out: dict[str, torch.Tensor], batch: Batch) -> torch.Tensor:
+    """The batch's CTC loss summed over utterances (``zero_infinity`` guards too-short inputs)."""
+    return nn.functional.ctc_loss(
+        out["ctc"].transpose(0, 1),
+        batch.targets,
+        out["lengths"],
+        batch.target_lengths,
+        blank=0,
+        reduction="sum",
+        zero_infinity=True,
+    )
