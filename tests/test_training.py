@@ -15,6 +15,7 @@ from asrkit.data.datadir import read_kaldi_map
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.models import MODEL_SIZES, ModelConfig, build_model
 from asrkit.models.checkpoint import build_from_meta, load_model_bundle, save_checkpoint
+from asrkit.models.lstm import LSTMAcousticModel
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 from asrkit.training.schedule import LRSchedule
@@ -78,6 +79,35 @@ def test_padding_does_not_change_an_utterances_output() -> None:
         "ctc"
     ]
     assert torch.allclose(alone[0], padded[0, :10], atol=1e-5)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_the_cpu_padded_lstm_equals_the_packed_lstm(bidirectional: bool) -> None:
+    """The CPU path (dense LSTM, backward direction reversed per utterance) gives the packed
+    sequence's outputs and gradients; padding frames come out zero."""
+    torch.manual_seed(0)
+    model = LSTMAcousticModel(12, 5, hidden=16, layers=3, bidirectional=bidirectional, dropout=0.0)
+    x, lengths = torch.randn(4, 23, 12), torch.tensor([23, 9, 17, 1])
+    weights = torch.randn(4, 23, 32 if bidirectional else 16)
+
+    def run(path: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        if path == "padded":
+            y = model._lstm_padded(x, lengths)
+        else:
+            rnn = torch.nn.utils.rnn
+            packed = rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            y, _ = rnn.pad_packed_sequence(model.lstm(packed)[0], batch_first=True, total_length=23)
+        (y * weights).sum().backward()
+        return y.detach(), [p.grad.clone() for p in model.lstm.parameters() if p.grad is not None]
+
+    (padded, padded_grads), (packed, packed_grads) = run("padded"), run("packed")
+    assert padded.shape == packed.shape
+    assert torch.allclose(padded, packed, atol=1e-6)
+    assert padded[1, 9:].abs().sum() == 0 and padded[3, 1:].abs().sum() == 0
+    assert len(padded_grads) == len(packed_grads) == 4 * 3 * (2 if bidirectional else 1)
+    for a, b in zip(padded_grads, packed_grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
 
 
 def test_ctc_loss_falls_on_a_tiny_fixture(tmp_path: Path, tokenizer: Tokenizer) -> None:

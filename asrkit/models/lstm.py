@@ -8,6 +8,13 @@ optional linear bottleneck, then:
 * ``ctc``: log-probabilities over ``num_tokens + 1`` symbols (blank = 0);
 * ``frame``: logits over ``num_classes`` frame-level targets (for alignment
   targets such as Kaldi pdf-ids), when ``num_classes > 0``.
+
+On the CPU the LSTM runs on the padded batch, one direction and layer at a time, with each
+utterance's frames reversed within its own length for the backward direction
+(:meth:`LSTMAcousticModel._lstm_padded`): the same outputs as a packed sequence (to float
+rounding), but through PyTorch's dense LSTM kernel, which trains ~4x faster on the CPU than
+the per-step loop packed sequences take there. Elsewhere (cuDNN handles packed sequences
+natively) the packed path is used.
 """
 
 from __future__ import annotations
@@ -124,15 +131,59 @@ class LSTMAcousticModel(nn.Module):
         """Encoder output ``(B, T', D)`` and lengths ``(B,)`` for features ``(B, T, F)``."""
         x = self._stack(feats)
         out_lengths = self.output_lengths(lengths)
-        packed = nn.utils.rnn.pack_padded_sequence(
-            x, out_lengths.cpu(), batch_first=True, enforce_sorted=False
-        )
-        y, _ = self.lstm(packed)
-        y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
+        if x.device.type == "cpu":
+            y = self._lstm_padded(x, out_lengths)
+        else:
+            packed = nn.utils.rnn.pack_padded_sequence(
+                x, out_lengths.cpu(), batch_first=True, enforce_sorted=False
+            )
+            y, _ = self.lstm(packed)
+            y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
         y = self.dropout(y)
         if self.bottleneck is not None:
             y = self.bottleneck(y)
         return y, out_lengths
+
+    def _lstm_padded(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``self.lstm`` over padded ``x`` ``(B, T, D)`` with valid ``lengths``, as if packed.
+
+        The forward direction never sees a frame after ``t``, so trailing padding cannot
+        reach a valid output. The backward direction runs on each utterance reversed within
+        its length (padding stays at the end) and its outputs are reversed back. Padding
+        frames of the result are zero, as ``pad_packed_sequence`` leaves them.
+        """
+        lstm = self.lstm
+        batch, frames, _ = x.shape
+        steps = torch.arange(frames, device=x.device)
+        lengths = lengths.to(x.device)
+        backwards = lengths[:, None] - 1 - steps[None, :]
+        # Index of the frame each position reads when reversed; padding reads itself.
+        backwards = torch.where(backwards >= 0, backwards, steps[None, :])
+        valid = (steps[None, :] < lengths[:, None]).unsqueeze(-1)
+
+        def reverse(y: torch.Tensor) -> torch.Tensor:
+            return torch.gather(y, 1, backwards.unsqueeze(-1).expand(-1, -1, y.shape[-1]))
+
+        zeros = x.new_zeros(1, batch, lstm.hidden_size)
+        directions = ["", "_reverse"] if lstm.bidirectional else [""]
+        y = x
+        for layer in range(lstm.num_layers):
+            if layer > 0:
+                y = nn.functional.dropout(y, lstm.dropout, self.training)
+            outputs = []
+            for suffix in directions:
+                weights = [
+                    getattr(lstm, f"{name}_l{layer}{suffix}")
+                    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+                ]
+                source = reverse(y) if suffix else y
+                # One unidirectional layer (the op nn.LSTM itself calls).
+                out, _, _ = torch.lstm(
+                    source, (zeros, zeros), weights, True, 1, 0.0, self.training, False, True
+                )
+                outputs.append(reverse(out) if suffix else out)
+            y = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]
+        return y * valid
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
         """Run the model.
