@@ -66,15 +66,21 @@ def matmul_rate(device: torch.device, *, size: int, repeats: int = 5) -> float:
     return 2 * size**3 / best
 
 
-def training_rate(size: str, device: torch.device, *, batch: int, seconds: float, steps: int = 4) -> dict:
+def training_rate(
+    size: str, device: torch.device, *, batch: int, seconds: float, steps: int = 4, packed: bool = False
+) -> dict:
     """Achieved training FLOP/s of the ``size`` model on random ``(batch, T, 80)`` features
-    of ``seconds`` length (100 frames/s), CTC loss, Adam; the best of ``steps`` steps."""
+    of ``seconds`` length (100 frames/s; the other utterances 75-100% as long as the first),
+    CTC loss, Adam; the best of ``steps`` steps. ``packed`` takes the packed-sequence LSTM
+    path on the CPU too (the baseline of the padded path the CPU uses by default)."""
     torch.manual_seed(0)
     model = build_model(ModelConfig(size=size), input_dim=80, num_tokens=28).to(device)
+    model.padded_on_cpu = not packed
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     frames_in = int(seconds * 100)
     feats = torch.randn(batch, frames_in, 80, device=device)
-    lengths = torch.full((batch,), frames_in, dtype=torch.long)
+    # Utterances of unequal length, as a length-bucketed batch holds.
+    lengths = torch.linspace(frames_in, 0.75 * frames_in, batch).long()
     out_frames = int(model.output_lengths(lengths).sum())
     targets = torch.randint(1, 29, (batch, max(1, out_frames // batch // 4)), device=device)
     target_lengths = torch.full((batch,), targets.shape[1], dtype=torch.long)
@@ -125,5 +131,10 @@ def bench_compute(data_dir: str = "", *, device: str = "auto", quick: bool = Fal
     for size, (batch, seconds) in shapes.items():
         rate = training_rate(size, dev, batch=batch, seconds=seconds)
         rate["fraction_of_matmul"] = round(rate["gflop_s"] * 1e9 / peak, 3)
+        if not gpu:
+            # The CPU's padded LSTM path against the packed-sequence path, same run and batch.
+            baseline = training_rate(size, dev, batch=batch, seconds=seconds, packed=True)
+            rate["packed_step_s"] = baseline["step_s"]
+            rate["speedup_vs_packed"] = round(baseline["step_s"] / rate["step_s"], 2)
         result[size] = rate
     return result

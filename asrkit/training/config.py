@@ -125,7 +125,8 @@ class TrainConfig:
         best_metric: ``wer`` or ``loss`` on the dev set picks the best checkpoint.
         keep_checkpoints: epoch checkpoints kept (older ones are removed).
         average_last: when > 1, ``model.pt`` is the average of the last this-many epoch
-            checkpoints instead of the best one (at most ``keep_checkpoints``).
+            checkpoints instead of the best one (at most ``keep_checkpoints``; a run of
+            fewer epochs averages them all).
         init_from: a model bundle or checkpoint whose parameters start this model
             (those with the same name and shape; e.g. a CE model from the CTC model that
             aligned its data: the encoder carries over, the new frame head does not).
@@ -189,9 +190,9 @@ class TrainConfig:
             raise ConfigError(f"train.loader={self.loader!r} is unknown; choose {' or '.join(LOADERS)}")
         if self.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1")
-        if self.average_last > min(self.keep_checkpoints, self.epochs):
+        if self.average_last > self.keep_checkpoints:
             raise ConfigError(
                 f"train.average_last={self.average_last} exceeds the epoch checkpoints "
-                f"kept ({min(self.keep_checkpoints, self.epochs)}); raise "
+                f"kept (train.keep_checkpoints={self.keep_checkpoints}); raise "
                 "train.keep_checkpoints or lower train.average_last"
             )
