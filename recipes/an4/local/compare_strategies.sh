@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train and decode AN4 once per distributed strategy with the same epochs and 2 learners,
-# then print one line per strategy: name, test WER line, training wall time.
+# then print one line per strategy: name, test WER greedy and beam + LM, training wall time.
 # A strategy whose decode already finished is reported, not retrained.
 # Usage (from recipes/an4, after the demo has run stages 0-3): local/compare_strategies.sh [overrides...]
 set -euo pipefail
@@ -16,9 +16,10 @@ for run in "${runs[@]}"; do
   name=${run%%|*}
   read -r -a args <<<"${run#*|}"
   wer=exp/an4_2l_$name/decode_test/scoring/wer
-  if [[ -s $wer && -s exp/an4_2l_$name/train_summary.json ]]; then
+  lm_wer=exp/an4_2l_$name/decode_beam_lm_test/scoring/wer
+  if [[ -s $lm_wer && -s exp/an4_2l_$name/train_summary.json ]]; then
     # Finished before (the decode stage writes wer last): report it, do not retrain.
-    echo "$name: $(grep -h '^%WER' "$wer") (done before; see exp/an4_2l_$name.log)"
+    echo "$name: greedy $(grep -h '^%WER' "$wer"); beam + LM $(grep -h '^%WER' "$lm_wer") (done before; see exp/an4_2l_$name.log)"
     continue
   fi
   rm -rf "exp/an4_2l_$name"
@@ -29,5 +30,5 @@ for run in "${runs[@]}"; do
   ./run.sh --stage 4 --stop-stage 5 name="an4_2l_$name" "${args[@]}" strategy.learners=2 \
     train.progress=false "$@" > "exp/an4_2l_$name.log" 2>&1
   took=$(( $(date +%s) - began ))
-  echo "$name: $(grep -h '^%WER' "$wer") (${took} s)"
+  echo "$name: greedy $(grep -h '^%WER' "$wer"); beam + LM $(grep -h '^%WER' "$lm_wer") (${took} s)"
 done
