@@ -166,3 +166,28 @@ def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
     mats = dict(kaldi_io.read_mat_ark(str(exp / "loglikes_test" / "loglikes.ark")))
     assert sorted(mats) == sorted(test_frames)
     assert all(m.shape == ((test_frames[u] + 2) // 3, num_classes) for u, m in mats.items())
+
+
+def test_training_refuses_a_tokenizer_dir_of_other_units(tmp_path: Path) -> None:
+    """An exp dir whose tokenizer/ holds characters (e.g. copied from another experiment)
+    does not silently train phones' config on character units."""
+    result = tiny_recipe(tmp_path, "--stop-stage", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lexicon = tmp_path / "lexicon.txt"
+    lexicon.write_text("HELLO HH AH L OW\n")
+    result = run_cli(
+        "run",
+        "--stage",
+        "4",
+        "--stop-stage",
+        "4",
+        f"exp_dir={tmp_path / 'exp'}",
+        f"data_root={tmp_path / 'data'}",
+        f"feats_root={tmp_path / 'fbank'}",
+        "model=tiny",
+        "tokenizer=phone",
+        f"tokenizer.lexicon={lexicon}",
+    )
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "holds a sentencepiece tokenizer but tokenizer.kind=phone" in result.stderr
+    assert "--stage 3" in result.stderr

@@ -95,6 +95,12 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     # weights are rank 0's for every strategy (broadcast), so they do not depend on it.
     torch.manual_seed(cfg.seed + dctx.rank)
     tokenizer = Tokenizer(exp_dir / "tokenizer")
+    if (tokenizer.kind == "phone") != (cfg.tokenizer.kind == "phone"):
+        # e.g. a tokenizer dir copied from another experiment: its units are not the config's.
+        raise ConfigError(
+            f"{exp_dir / 'tokenizer'} holds a {tokenizer.kind} tokenizer but tokenizer.kind="
+            f"{cfg.tokenizer.kind}; run stage 3 again (--stage 3) to build the config's units"
+        )
     train_dir, dev_dir = data_root / cfg.data.train_set, data_root / cfg.data.dev_set
     stats = None
     if cfg.features.cmvn == "global":
