@@ -196,9 +196,9 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     # their model is the last epoch's (the consensus); otherwise the best dev epoch's.
     averaged = dctx.world_size > 1 and cfg.strategy.name in WEIGHT_AVERAGING
     ckpt_dir, last = exp_dir / "checkpoints", state.epoch
-    # A run shorter than average_last epochs averages all of them.
-    if min(cfg.train.average_last, last) > 1:
-        first = last - min(cfg.train.average_last, last) + 1
+    averaging = min(cfg.train.average_last, last)  # a shorter run averages all its epochs
+    if averaging > 1:
+        first = last - averaging + 1
         chosen = f"the average of epochs {first}-{last}"
         bundle = average_checkpoints([ckpt_dir / f"epoch{e}.pt" for e in range(first, last + 1)])
     else:
