@@ -5,7 +5,4 @@
 # The imported dirs are only read; copies, features (fbank/) and experiments (exp/) go to
 # this directory. Walk-through: docs/bring-your-own-corpus.md.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# Characters unless the command line picks units (phones need data.lexicon=...).
-units=(tokenizer=char)
-for arg in "$@"; do [[ $arg == tokenizer=* ]] && units=(); done
-exec "$here/../lib/run_stages.sh" "$here" "$@" "${units[@]}" data=kaldi
+exec "$here/../lib/run_stages.sh" "$here" "$@" data=kaldi

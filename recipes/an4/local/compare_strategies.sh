@@ -12,14 +12,16 @@ runs=(
   "delay-by-one|strategy=delay_by_one strategy.staleness=1"
   "hybrid|strategy=hybrid strategy.group_size=1"
 )
+# One line: test WER greedy and with beam + LM, then $2 (time or note).
+report() {
+  echo "$1: greedy $(grep -h '^%WER' "exp/an4_2l_$1/decode_test/scoring/wer"); beam + LM $(grep -h '^%WER' "exp/an4_2l_$1/decode_beam_lm_test/scoring/wer") ($2)"
+}
 for run in "${runs[@]}"; do
   name=${run%%|*}
   read -r -a args <<<"${run#*|}"
-  wer=exp/an4_2l_$name/decode_test/scoring/wer
-  lm_wer=exp/an4_2l_$name/decode_beam_lm_test/scoring/wer
-  if [[ -s $lm_wer && -s exp/an4_2l_$name/train_summary.json ]]; then
+  if [[ -s exp/an4_2l_$name/decode_beam_lm_test/scoring/wer && -s exp/an4_2l_$name/train_summary.json ]]; then
     # Finished before (the decode stage writes wer last): report it, do not retrain.
-    echo "$name: greedy $(grep -h '^%WER' "$wer"); beam + LM $(grep -h '^%WER' "$lm_wer") (done before; see exp/an4_2l_$name.log)"
+    report "$name" "done before; see exp/an4_2l_$name.log"
     continue
   fi
   rm -rf "exp/an4_2l_$name"
@@ -29,5 +31,5 @@ for run in "${runs[@]}"; do
   ./run.sh --stage 3 --stop-stage 5 name="an4_2l_$name" "${args[@]}" strategy.learners=2 \
     train.progress=false "$@" > "exp/an4_2l_$name.log" 2>&1
   took=$(( $(date +%s) - began ))
-  echo "$name: greedy $(grep -h '^%WER' "$wer"); beam + LM $(grep -h '^%WER' "$lm_wer") (${took} s)"
+  report "$name" "${took} s"
 done
