@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.decoding.beam import spell, write_lexicon
+from asrkit.decoding.beam import lexicon_words, spell, write_lexicon
 from asrkit.errors import ConfigError, DataError
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
 from asrkit.targets.phones import read_pronunciations
@@ -69,6 +69,13 @@ def test_the_decoding_lexicon_lists_every_pronunciation(tmp_path: Path, lexicon:
     assert (tmp_path / "lex").read_text() == "A AH \u2581\nA EY \u2581\nCAT K AE T \u2581\n"
     with pytest.raises(ConfigError, match="no pronunciation"):
         spell(tok, "DOG")
+
+
+def test_extra_words_from_a_cmu_dictionary_drop_the_alternative_marks(tmp_path: Path) -> None:
+    # lm.extra_words=etc/an4.dic: A(2) and TWENTIETH(3) are pronunciations, not words.
+    dic = tmp_path / "an4.dic"
+    dic.write_text("A AH\nA(2) EY\nTWENTIETH T W EH N IY AH TH\nTWENTIETH(3) T W EH N T IY AH TH\n\n")
+    assert lexicon_words(dic) == {"A", "TWENTIETH"}
 
 
 def test_training_words_missing_from_the_lexicon_are_named(tmp_path: Path, lexicon: Path) -> None:

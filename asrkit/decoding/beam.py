@@ -26,6 +26,7 @@ import torch
 
 from asrkit.data.io import atomic_write
 from asrkit.errors import ConfigError, DataError
+from asrkit.targets.phones import base_word
 from asrkit.targets.tokenizer import BLANK, Tokenizer
 
 #: The sentencepiece word-boundary piece, used as the decoder's word separator.
@@ -67,14 +68,14 @@ def write_lexicon(path: str | Path, words: Iterable[str], tokenizer: Tokenizer) 
 
 def lexicon_words(path: str | Path) -> set[str]:
     """The words of a lexicon or word list: the first column of each non-empty line (a
-    word is listed once per spelling)."""
+    word is listed once per spelling; CMU Sphinx alternatives ``WORD(2)`` are ``WORD``)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(
             f"{path}: cannot read the word list ({err}); give a word list or a lexicon (WORD ... per line)"
         ) from None
-    return {line.split()[0] for line in lines if line.split()}
+    return {base_word(line.split()[0]) for line in lines if line.split()}
 
 
 class BeamSearch:

@@ -36,6 +36,11 @@ _STRESS = re.compile(r"(?<=[A-Z])[012]$")
 _ALTERNATIVE = re.compile(r"\(\d+\)$")  # CMU Sphinx marks alternatives WORD(2)
 
 
+def base_word(entry: str) -> str:
+    """A lexicon entry's word: ``WORD(2)`` (a CMU Sphinx alternative) is ``WORD``."""
+    return _ALTERNATIVE.sub("", entry)
+
+
 def read_pronunciations(path: str | Path, *, keep_stress: bool = False) -> dict[str, list[tuple[str, ...]]]:
     """``word -> [pronunciation, ...]`` of a Kaldi/CMU lexicon (``WORD p1 p2 ...`` per line,
     space or TAB separated, a word on several lines for alternatives — also as CMU Sphinx
@@ -46,7 +51,7 @@ def read_pronunciations(path: str | Path, *, keep_stress: bool = False) -> dict[
     """
     prons: dict[str, list[tuple[str, ...]]] = {}
     for lineno, entry, value in iter_kaldi_map(path, allow_empty_value=True, check_sorted=False):
-        word = _ALTERNATIVE.sub("", entry)
+        word = base_word(entry)
         phones = tuple(p if keep_stress else _STRESS.sub("", p) for p in value.split())
         if not phones:
             raise DataError(
