@@ -21,10 +21,10 @@ runs=(
   "delay-by-one|strategy=delay_by_one strategy.staleness=1"
   "hybrid|strategy=hybrid strategy.group_size=1"
 )
-# One line: test WER greedy and with beam + LM, then $2 (time or note).
+# One line for strategy $1 (its experiment: exp/$exp): test WER greedy and with beam + LM,
+# then $2 (time or note).
 report() {
-  local exp="exp/an4_2l_$1$suffix"
-  echo "$1 (seed $seed): greedy $(grep -h '^%WER' "$exp/decode_test/scoring/wer"); beam + LM $(grep -h '^%WER' "$exp/decode_beam_lm_test/scoring/wer") ($2)"
+  echo "$1 (seed $seed): greedy $(grep -h '^%WER' "exp/$exp/decode_test/scoring/wer"); beam + LM $(grep -h '^%WER' "exp/$exp/decode_beam_lm_test/scoring/wer") ($2)"
 }
 for run in "${runs[@]}"; do
   name=${run%%|*}
