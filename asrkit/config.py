@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from asrkit.data.perturb import check_factors
-from asrkit.decoding.config import DecodeConfig
+from asrkit.decoding.config import DecodeConfig, EnsembleConfig
 from asrkit.distributed.config import STRATEGIES, StrategyConfig
 from asrkit.errors import ConfigError, raise_all
 from asrkit.features.extractors import FeatureConfig
@@ -123,6 +123,7 @@ class AsrkitConfig:
     specaug: SpecAugConfig = field(default_factory=SpecAugConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    ensemble: EnsembleConfig = field(default_factory=EnsembleConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     align: AlignConfig = field(default_factory=AlignConfig)
     lm: LMConfig = field(default_factory=LMConfig)

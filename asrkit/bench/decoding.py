@@ -58,7 +58,14 @@ def bench_decoding(data_dir: str | Path, *, exp_dir: str | Path = DEFAULT_EXP, t
         recognizer.greedy(lp)
     greedy_s = time.perf_counter() - began
     setting = _setting(exp_dir)
-    search = BeamSearch(recognizer.tokenizer, lexicon=lexicon, lm=lm, beam_size=50, **setting)
+    search = BeamSearch(
+        recognizer.tokenizer,
+        lexicon=lexicon,
+        lm=lm,
+        beam_size=50,
+        lm_weight=setting["lm_weight"],
+        word_score=setting["word_score"],
+    )
     began = time.perf_counter()
     for _, lp in posteriors:
         search(lp)

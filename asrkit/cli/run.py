@@ -56,7 +56,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.cfg:
         print(OmegaConf.to_yaml(cfg), end="")
         return 0
-    run_stages(cfg, start=args.stage, stop=args.stop_stage, command=_command_line(), force=args.force)
+    run_stages(
+        cfg,
+        start=args.stage,
+        stop=args.stop_stage,
+        command=_command_line(),
+        force=args.force,
+        overrides=args.overrides,
+        config_dir=args.config_dir,
+        config_name=args.config_name,
+    )
     return 0
 
 

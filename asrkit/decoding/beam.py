@@ -88,6 +88,7 @@ class BeamSearch:
         beam_size, beam_threshold: hypotheses kept, and the score window they must be in.
         lm_weight, word_score: LM scale and the score added per word (insertion penalty
             when negative).
+        nbest: hypotheses :meth:`hypotheses` returns (the best first).
     """
 
     def __init__(
@@ -100,6 +101,7 @@ class BeamSearch:
         beam_threshold: float = 25.0,
         lm_weight: float = 0.5,
         word_score: float = 0.0,
+        nbest: int = 1,
     ) -> None:
         from torchaudio.models.decoder import ctc_decoder
 
@@ -112,6 +114,8 @@ class BeamSearch:
                 raise ConfigError(f"{path}: not found; run stage 3 (lang) first")
         if beam_size < 1:
             raise ConfigError(f"decode.beam_size={beam_size} must be >= 1")
+        if nbest < 1:
+            raise ConfigError(f"nbest={nbest} must be >= 1")
         self.tokenizer = tokenizer
         self.lexicon = lexicon
         units = tokenizer.units()
@@ -126,6 +130,7 @@ class BeamSearch:
                 lexicon=None if lexicon is None else str(lexicon),
                 tokens=tokenizer.units(),
                 lm=None if lm is None else str(lm),
+                nbest=nbest,
                 beam_size=beam_size,
                 beam_threshold=beam_threshold,
                 lm_weight=lm_weight if lm is not None else 0.0,
@@ -139,6 +144,12 @@ class BeamSearch:
 
     def __call__(self, log_probs: torch.Tensor) -> str:
         """The best transcript of one utterance's ``(T', V)`` CTC log-probabilities."""
+        hyps = self.hypotheses(log_probs)
+        return " ".join(hyps[0]) if hyps else ""
+
+    def hypotheses(self, log_probs: torch.Tensor) -> list[list[str]]:
+        """Up to ``nbest`` distinct transcripts (word lists) of one utterance's ``(T', V)``
+        CTC log-probabilities, the best first (lexicon search leaves ``<unk>`` out)."""
         emissions = log_probs.detach().float().cpu()
         if self.lexicon is not None:  # one frame of boundary closes the last word
             close = torch.full((1, emissions.shape[1]), -1e4)
@@ -146,12 +157,15 @@ class BeamSearch:
             emissions = torch.cat([emissions, close])
         emissions = emissions.contiguous()[None]
         hyps = self._decoder(emissions, torch.tensor([emissions.shape[1]], dtype=torch.int32))[0]
-        if not hyps:
-            return ""
-        best = hyps[0]
-        if self.lexicon is not None:
-            return " ".join(w for w in best.words if w != UNK_WORD)
-        return self.tokenizer.decode(int(t) for t in best.tokens)
+        out: list[list[str]] = []
+        for hyp in hyps:
+            if self.lexicon is not None:
+                words = [w for w in hyp.words if w != UNK_WORD]
+            else:
+                words = self.tokenizer.decode(int(t) for t in hyp.tokens).split()
+            if words not in out:  # two unit paths can spell the same words
+                out.append(words)
+        return out
 
 
 @contextlib.contextmanager

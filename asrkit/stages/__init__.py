@@ -16,5 +16,6 @@ from asrkit.stages import lang as _lang  # noqa: E402,F401  isort: skip
 from asrkit.stages import train as _train  # noqa: E402,F401  isort: skip
 from asrkit.stages import decode as _decode  # noqa: E402,F401  isort: skip
 from asrkit.stages import align as _align  # noqa: E402,F401  isort: skip
+from asrkit.stages import combine as _combine  # noqa: E402,F401  isort: skip
 
 __all__ = ["STAGES", "Stage", "StageContext", "run_stages", "stage"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from asrkit.data.io import atomic_write
@@ -76,6 +77,15 @@ def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
     return resolve_sets(ctx, ctx.cfg.decode.sets or [ctx.cfg.data.dev_set, *ctx.cfg.data.test_sets])
 
 
+def tune_target(ctx: StageContext) -> tuple[str, Path]:
+    """``(name, data dir)`` of the set decoding weights are chosen on (``decode.tune_set``,
+    default the dev set); it must have transcripts."""
+    ((name, data_dir),) = resolve_sets(ctx, [ctx.cfg.decode.tune_set or ctx.cfg.data.dev_set])
+    if not (data_dir / "text").is_file():
+        raise DataError(f"{data_dir}/text: not found; decode.tune_set needs transcripts")
+    return name, data_dir
+
+
 def show_results(ctx: StageContext) -> None:
     """Print the scores of a finished decode again (when the stage is skipped)."""
     method, names = ctx.cfg.decode.method, [name for name, _ in decode_targets(ctx)]
@@ -87,7 +97,7 @@ def show_results(ctx: StageContext) -> None:
             setting = folder / "setting"
             if setting.is_file():
                 label = f"{label}, {setting.read_text().strip()}"
-            _report(name, label, (folder / "scoring" / "wer").read_text().splitlines()[0], folder)
+            report(name, label, (folder / "scoring" / "wer").read_text().splitlines()[0], folder)
 
 
 @stage(
@@ -114,7 +124,7 @@ def decode(ctx: StageContext) -> None:
     for name, data_dir in targets:
         posteriors[name] = recognizer.posteriors(recognizer.data_dir_utterances(data_dir))
         hyp = {utt: recognizer.greedy(lp) for utt, lp in posteriors[name]}
-        _report(
+        report(
             name,
             "greedy",
             write_and_score(hyp, data_dir, ctx.exp_dir / f"decode_{name}"),
@@ -172,7 +182,7 @@ def decode(ctx: StageContext) -> None:
         hyp = {utt: search(lp) for utt, lp in posteriors[name]}
         setting = f"lm_weight={chosen[0]:g} word_score={chosen[1]:g} beam_size={cfg.beam_size}"
         atomic_write(out_dir / "setting", setting + "\n")
-        _report(
+        report(
             name,
             f"{cfg.method}, {setting}" if lm else cfg.method,
             write_and_score(hyp, data_dir, out_dir),
@@ -191,16 +201,12 @@ def _tune(
     """Decode the tune set with every grid point; write ``wer_<w>_<s>`` files and
     ``best_wer``; return the best ``(lm weight, word score)``."""
     cfg = ctx.cfg.decode
-    tune = cfg.tune_set or ctx.cfg.data.dev_set
-    ((name, data_dir),) = resolve_sets(ctx, [tune])
-    if not (data_dir / "text").is_file():
-        raise DataError(f"{data_dir}/text: not found; decode.tune_set needs transcripts")
+    name, data_dir = tune_target(ctx)
     if name not in posteriors:
         posteriors[name] = recognizer.posteriors(recognizer.data_dir_utterances(data_dir))
-    ref = read_text(data_dir / "text")
     out_dir = ctx.exp_dir / f"decode_{cfg.method}_{name}"
-    results = []
-    for lm_weight, word_score in grid:
+
+    def hyps(lm_weight: float, word_score: float) -> dict[str, str]:
         search = BeamSearch(
             recognizer.tokenizer,
             lexicon=lexicon,
@@ -210,19 +216,37 @@ def _tune(
             lm_weight=lm_weight,
             word_score=word_score,
         )
-        hyp = {utt: search(lp).split() for utt, lp in posteriors[name]}
+        return {utt: search(lp) for utt, lp in posteriors[name]}
+
+    return sweep(read_text(data_dir / "text"), grid, hyps, out_dir=out_dir, name=name)
+
+
+def sweep(
+    ref: dict[str, list[str]],
+    grid: Sequence[tuple[float, float]],
+    hyps: Callable[[float, float], Mapping[str, str]],
+    *,
+    out_dir: Path,
+    name: str,
+) -> tuple[float, float]:
+    """Score ``hyps(lm_weight, word_score)`` against ``ref`` at every grid point, writing
+    one ``wer_<lm weight>_<word score>`` file each and Kaldi's ``best_wer`` in
+    ``out_dir``; return the pair with the fewest errors (ties: the lower weights)."""
+    results = []
+    for lm_weight, word_score in grid:
+        hyp = {utt: text.split() for utt, text in hyps(lm_weight, word_score).items()}
         words = score_texts(ref, hyp).words
         atomic_write(out_dir / f"wer_{lm_weight:g}_{word_score:g}", words.kaldi_line() + "\n")
-        results.append((words.wer, words.errors, lm_weight, word_score, words.kaldi_line()))
-    best = min(results, key=lambda r: (r[1], r[2], r[3]))  # fewest errors; ties: lower weights
-    atomic_write(out_dir / "best_wer", f"{best[4]} {out_dir / f'wer_{best[2]:g}_{best[3]:g}'}\n")
+        results.append((words.errors, lm_weight, word_score, words.kaldi_line()))
+    best = min(results)
+    atomic_write(out_dir / "best_wer", f"{best[3]} {out_dir / f'wer_{best[1]:g}_{best[2]:g}'}\n")
     log.info(
-        "%s: best of %d settings: lm_weight=%g word_score=%g, %s", name, len(grid), best[2], best[3], best[4]
+        "%s: best of %d settings: lm_weight=%g word_score=%g, %s", name, len(grid), best[1], best[2], best[3]
     )
-    return best[2], best[3]
+    return best[1], best[2]
 
 
-def _report(name: str, method: str, line: str | None, out_dir: Path) -> None:
+def report(name: str, method: str, line: str | None, out_dir: Path) -> None:
     if line is None:
         log.info("%s (%s): hypotheses in %s (no text to score against)", name, method, out_dir / "hyp")
     else:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from asrkit.config import AsrkitConfig, settings_hash, to_object
+from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, settings_hash, to_object
 from asrkit.data.io import atomic_write
 from asrkit.distributed.launch import launched_rank
 from asrkit.errors import ConfigError
@@ -29,12 +29,16 @@ log = logging.getLogger("asrkit.stages")
 
 @dataclass(frozen=True)
 class StageContext:
-    """What a stage gets: the typed config and the directories it works in."""
+    """What a stage gets: the typed config, the directories it works in, and how the
+    config was composed (for a stage that starts runs of its own: ensemble members)."""
 
     cfg: AsrkitConfig
     data_root: Path
     feats_root: Path
     exp_dir: Path
+    overrides: tuple[str, ...] = ()
+    config_dir: str = str(DEFAULT_CONFIG_DIR)
+    config_name: str = "config"
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,9 @@ def run_stages(
     stop: int | None,
     command: Sequence[str],
     force: bool = False,
+    overrides: Sequence[str] = (),
+    config_dir: str | Path = DEFAULT_CONFIG_DIR,
+    config_name: str = "config",
 ) -> None:
     """Run every registered stage numbered ``start..stop`` (inclusive) that has not
     finished with the same settings (all of them with ``force``).
@@ -135,6 +142,7 @@ def run_stages(
         start, stop: stage range; ``stop=None`` runs to the last stage.
         command: the command line that started the run, saved verbatim.
         force: run finished stages again (training then starts over unless resume=true).
+        overrides, config_dir, config_name: what ``cfg`` was composed from.
     """
     last = max(STAGES)
     stop = last if stop is None else stop
@@ -151,6 +159,9 @@ def run_stages(
         data_root=Path(typed.data_root),
         feats_root=Path(typed.feats_root),
         exp_dir=Path(typed.exp_dir),
+        overrides=tuple(overrides),
+        config_dir=str(config_dir),
+        config_name=config_name,
     )
     ctx.exp_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(ctx.exp_dir / "config.yaml", OmegaConf.to_yaml(cfg))

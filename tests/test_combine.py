@@ -1,0 +1,199 @@
+"""System combination: CTC sequence likelihoods, n-best rescoring, and stage 8."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asrkit.config import compose, to_object
+from asrkit.decoding.beam import BeamSearch, write_lexicon
+from asrkit.decoding.combine import combine_nbest, ctc_log_likelihood, pick, sentence_log_prob
+from asrkit.decoding.config import EnsembleConfig
+from asrkit.errors import ConfigError
+from asrkit.lm.ngram import estimate_kneser_ney, write_arpa
+from asrkit.scoring import score_texts
+from asrkit.stages.combine import check_member, member_overrides
+from asrkit.stages.registry import StageContext
+from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
+from tests.helpers import make_data_dir, run_cli
+
+WORDS = ["ONE", "TWO", "THREE", "GO", "NO"]
+NOISE = 4.0  # logit noise at which each fake system errs on several of the 40 utterances
+TEXTS = {"a-1": "TWO THREE", "a-2": "ONE TWO", "b-1": "THREE ONE TWO", "b-2": "GO", "b-3": "NO GO"}
+
+
+def test_ctc_log_likelihood_sums_every_alignment() -> None:
+    torch.manual_seed(0)
+    log_probs = torch.randn(4, 3).log_softmax(-1)
+    total = 0.0
+    for path in itertools.product(range(3), repeat=4):  # every frame labelling
+        collapsed = [k for i, k in enumerate(path) if k != 0 and (i == 0 or path[i - 1] != k)]
+        if collapsed == [1, 2]:
+            total += math.exp(sum(float(log_probs[t, k]) for t, k in enumerate(path)))
+    assert ctc_log_likelihood(log_probs, [1, 2]) == pytest.approx(math.log(total), abs=1e-5)
+    assert ctc_log_likelihood(log_probs, [1, 1, 1]) == -math.inf  # needs 5 frames: 1 _ 1 _ 1
+
+
+def _emissions(tokenizer: Tokenizer, text: str, rng: np.random.Generator, *, noise: float) -> torch.Tensor:
+    """CTC log-probabilities spelling ``text`` (2 frames per unit then a blank), blurred by
+    Gaussian noise on the logits; each call draws its own noise (another "model")."""
+    path = []
+    for i in tokenizer.encode(text):
+        path += [i, i, 0]
+    logits = torch.full((len(path), tokenizer.num_tokens + 1), -4.0)
+    logits[torch.arange(len(path)), torch.tensor(path)] = 4.0
+    logits += noise * torch.from_numpy(rng.standard_normal(logits.shape)).float()
+    return logits.log_softmax(-1)
+
+
+def test_combining_noisy_systems_beats_each_of_them(tmp_path: Path) -> None:
+    tokenizer = train_tokenizer(TEXTS, tmp_path / "tok", TokenizerConfig(kind="char"))
+    write_lexicon(tmp_path / "lexicon.txt", WORDS, tokenizer)
+    lm = estimate_kneser_ney([t.split() for t in TEXTS.values()], order=2)
+    write_arpa(lm, tmp_path / "lm.arpa")
+    search = BeamSearch(
+        tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa", lm_weight=0.5, nbest=5
+    )
+    rng = np.random.default_rng(3)
+    refs: dict[str, list[str]] = {}
+    systems: list[dict[str, torch.Tensor]] = [{}, {}, {}]
+    for k in range(40):
+        text = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 5))))
+        refs[f"u-{k}"] = text.split()
+        for posteriors in systems:
+            posteriors[f"u-{k}"] = _emissions(tokenizer, text, rng, noise=NOISE)
+    candidates = combine_nbest(systems, searches=[search] * 3, tokenizers=[tokenizer] * 3, lm=lm)
+    # Every system's own best transcript is among the candidates, scored by all systems.
+    for utt, cands in candidates.items():
+        words = {c.words for c in cands}
+        for posteriors in systems:
+            assert tuple(search(posteriors[utt]).split()) in words
+        first = cands[0]
+        mean = np.mean([ctc_log_likelihood(p[utt], tokenizer.encode(" ".join(first.words))) for p in systems])
+        assert first.acoustic == pytest.approx(mean, rel=1e-6)
+        assert first.lm == pytest.approx(sentence_log_prob(lm, first.words))
+    alone = [
+        score_texts(refs, {u: search(lp).split() for u, lp in posteriors.items()}).words.errors
+        for posteriors in systems
+    ]
+    combined = pick(candidates, lm_weight=0.5, word_score=0.0)
+    errors = score_texts(refs, {u: t.split() for u, t in combined.items()}).words.errors
+    assert min(alone) > 0, "the fixture must be noisy enough for the systems to err"
+    assert errors < min(alone), (errors, alone)
+
+
+def test_member_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="name is set by stage 8"):
+        EnsembleConfig(members=["seed=2 name=other"]).check()
+    with pytest.raises(ConfigError, match="'seed' is not a KEY=VALUE override"):
+        EnsembleConfig(members=["seed"]).check()
+    with pytest.raises(ConfigError, match="ensemble.jobs=0"):
+        EnsembleConfig(jobs=0).check()
+
+
+def _context(overrides: list[str], exp_dir: Path) -> StageContext:
+    typed = to_object(compose(overrides))
+    return StageContext(
+        cfg=typed,
+        data_root=Path("data"),
+        feats_root=Path("fbank"),
+        exp_dir=exp_dir,
+        overrides=tuple(overrides),
+    )
+
+
+def test_members_inherit_the_experiments_overrides(tmp_path: Path) -> None:
+    ctx = _context(
+        [
+            "model=tiny",
+            "tokenizer=phone",
+            "seed=7",
+            "train.num_threads=2",
+            'ensemble.members=["tokenizer=char","seed=3 model.hidden=24"]',
+        ],
+        tmp_path / "exp",
+    )
+    first = member_overrides(ctx, 1, threads=1)
+    assert first == [
+        "model=tiny",
+        "tokenizer=char",
+        "seed=1007",
+        "name=an4_fbank_tiny_member1",
+        f"exp_dir={tmp_path / 'exp' / 'member1'}",
+        "ensemble.members=[]",
+        "train.num_threads=1",
+    ]
+    second = member_overrides(ctx, 2, threads=1)
+    assert second[:4] == ["model=tiny", "tokenizer=phone", "seed=3", "model.hidden=24"]
+    assert check_member(ctx, 2, second).model.hidden == 24
+
+
+def test_a_member_may_not_change_the_shared_features(tmp_path: Path) -> None:
+    ctx = _context(['ensemble.members=["features.num_mel_bins=40"]'], tmp_path / "exp")
+    with pytest.raises(ConfigError, match=r"changes features.num_mel_bins: members share"):
+        check_member(ctx, 1, member_overrides(ctx, 1, threads=1))
+
+
+def _fixture_run(tmp_path: Path, *extra: str):
+    for i, name in enumerate(("train", "train_dev", "test")):
+        if not (tmp_path / "data" / name).is_dir():
+            make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
+    return run_cli(
+        "run",
+        "--stage",
+        "2",
+        f"data_root={tmp_path / 'data'}",
+        f"feats_root={tmp_path / 'fbank'}",
+        f"exp_dir={tmp_path / 'exp'}",
+        "features.nj=1",
+        "model=tiny",
+        "train.epochs=2",
+        "train.average_last=1",
+        "train.progress=false",
+        "features.num_mel_bins=23",
+        "tokenizer=char",  # the fixtures' words are not in AN4's dictionary
+        "ensemble.nbest=3",
+        "ensemble.lm_weights=[0,1]",
+        "ensemble.word_scores=[0]",
+        *extra,
+    )
+
+
+def test_stage_8_trains_the_members_and_combines_them(tmp_path: Path) -> None:
+    result = _fixture_run(tmp_path, 'ensemble.members=["seed=5","model.hidden=12"]')
+    assert result.returncode == 0, result.stderr[-3000:]
+    exp = tmp_path / "exp"
+    for member in ("member1", "member2"):
+        assert (exp / member / "model.pt").is_file()
+        assert (exp / member / "decode_beam_lm_test" / "scoring" / "wer").is_file()
+    saved = json.loads((exp / "combination.json").read_text())
+    assert saved["systems"] == [str(exp), str(exp / "member1"), str(exp / "member2")]
+    assert saved["tuned_on"] == "train_dev"
+    assert {p.name for p in (exp / "decode_combined_train_dev").glob("wer_*")} == {"wer_0_0", "wer_1_0"}
+    assert (exp / "decode_combined_test" / "scoring" / "wer").read_text().startswith("%WER ")
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("test (combined, systems=3")]
+    assert "%WER" in line
+    member_config = (exp / "member2" / "config.yaml").read_text()
+    assert "hidden: 12" in member_config and "seed: 2001" in member_config
+    # Again: the members' stages and stage 8 are skipped; the scores are shown again.
+    again = _fixture_run(tmp_path, 'ensemble.members=["seed=5","model.hidden=12"]')
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "stage 8 (combine): already done with these settings" in again.stderr
+    assert line in again.stdout
+
+
+def test_a_failing_member_stops_stage_8_with_its_log(tmp_path: Path) -> None:
+    # AN4's phone dictionary has none of the fixtures' words: the member's stage 3 fails.
+    result = _fixture_run(tmp_path, 'ensemble.members=["tokenizer=phone"]')
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()
+    assert any("ensemble member 1 ('tokenizer=phone') failed" in ln for ln in last), result.stderr[-2000:]
+    assert any(str(tmp_path / "exp" / "member1" / "log" / "stage8.out") in ln for ln in last)
+    assert not (tmp_path / "exp" / "decode_combined_test").exists()
+    assert not (tmp_path / "exp" / ".stages" / "8-combine.json").exists()
