@@ -64,8 +64,9 @@ class EnsembleConfig:
         members: the other systems, each a string of Hydra overrides applied on top of
             this experiment's own (``"seed=2"``, ``"tokenizer=char"``). Stage 8 trains
             and decodes each (stages 3-5) in ``<exp_dir>/member<i>/``, then combines
-            them with this experiment's model. Empty: no combination. A member without
-            ``seed=`` gets this experiment's seed + 1000 x i.
+            them with this experiment's model. No members: no combination. A member
+            without ``seed=`` gets this experiment's seed + 1000 x i, so an empty string
+            is this experiment again with another seed.
         jobs: members trained at once; each gets ``cores // jobs`` threads.
         nbest: transcripts each system proposes per utterance.
         lm_weights / word_scores: the grid swept on the dev set (``decode.tune_set``).

@@ -152,7 +152,7 @@ def train_members(ctx: StageContext) -> list[Path]:
                 log.info(
                     "member %d (%s): stages 3-5 with %d thread(s); log %s",
                     index,
-                    cfg.members[index - 1],
+                    cfg.members[index - 1] or "this experiment's settings, its own seed",
                     threads,
                     log_path,
                 )
