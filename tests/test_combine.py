@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from asrkit.config import compose, to_object
+from asrkit.data.datadir import read_kaldi_map
 from asrkit.decoding.beam import BeamSearch, write_lexicon
 from asrkit.decoding.combine import combine_nbest, ctc_log_likelihood, pick, sentence_log_prob
 from asrkit.decoding.config import EnsembleConfig
@@ -173,7 +174,7 @@ def test_stage_8_trains_the_members_and_combines_them(tmp_path: Path) -> None:
         assert (exp / member / "model.pt").is_file()
         assert (exp / member / "decode_beam_lm_test" / "scoring" / "wer").is_file()
     saved = json.loads((exp / "combination.json").read_text())
-    assert saved["systems"] == [str(exp), str(exp / "member1"), str(exp / "member2")]
+    assert saved["systems"] == [".", "member1", "member2"]
     assert saved["tuned_on"] == "train_dev"
     assert {p.name for p in (exp / "decode_combined_train_dev").glob("wer_*")} == {"wer_0_0", "wer_1_0"}
     assert (exp / "decode_combined_test" / "scoring" / "wer").read_text().startswith("%WER ")
@@ -181,6 +182,14 @@ def test_stage_8_trains_the_members_and_combines_them(tmp_path: Path) -> None:
     assert "%WER" in line
     member_config = (exp / "member2" / "config.yaml").read_text()
     assert "hidden: 12" in member_config and "seed: 2001" in member_config
+    # asrkit transcribe combines the same systems by default; --decode beam_lm is the
+    # experiment's own model, as stage 5 decoded it.
+    wav_scp = read_kaldi_map(tmp_path / "data" / "test" / "wav.scp")
+    for options, folder in (([], "decode_combined_test"), (["--decode", "beam_lm"], "decode_beam_lm_test")):
+        hyp = read_kaldi_map(exp / folder / "hyp", allow_empty_value=True)
+        out = run_cli("transcribe", str(exp), *wav_scp.values(), *options)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.splitlines() == [f"{path}\t{hyp[utt]}" for utt, path in wav_scp.items()], folder
     # Again: the members' stages and stage 8 are skipped; the scores are shown again.
     again = _fixture_run(tmp_path, 'ensemble.members=["seed=5","model.hidden=12"]')
     assert again.returncode == 0, again.stderr[-3000:]

@@ -11,6 +11,7 @@ import numpy as np
 from asrkit.data.audio import load_audio_file
 from asrkit.data.batch import Utterance
 from asrkit.data.io import atomic_write
+from asrkit.decoding.combine import CombinationSettings, CombinedRecognizer
 from asrkit.decoding.config import METHODS
 from asrkit.decoding.recognizer import DecodeSettings, Recognizer, check_exp_dir
 from asrkit.device import pick_device
@@ -23,8 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="transcribe audio files with a trained experiment",
         description="Transcribe wav/flac/NIST-sphere files (any sample rate; resampled to the "
         "model's) or headerless 16-bit PCM (.raw/.pcm) with the model, feature settings, CMVN "
-        "stats and tokenizer saved in EXP_DIR, and by default the search the decoding stage "
-        "tuned on the dev set (beam + lexicon + LM with its LM weight and word score). Prints "
+        "stats and tokenizer saved in EXP_DIR, and by default the search the recipe tuned on "
+        "the dev set (beam + lexicon + LM with its LM weight and word score; the system "
+        "combination, when stage 8 combined several models). Prints "
         "'path<TAB>transcript' per file, in the order given. With per-speaker CMVN, each file "
         "is normalised as its own speaker.",
     )
@@ -33,11 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", default="model.pt", help="model bundle inside EXP_DIR")
     parser.add_argument(
         "--decode",
-        choices=("auto", *METHODS),
+        choices=("auto", *METHODS, "combined"),
         default="auto",
-        help="search: greedy, beam (no LM), beam_lm (lexicon + LM); auto (default) "
-        "= what the decoding stage ran and tuned for this experiment "
-        "(EXP_DIR/decoding.json), greedy when it ran none",
+        help="search: greedy, beam (no LM), beam_lm (lexicon + LM), combined (every system "
+        "stage 8 combined, EXP_DIR/combination.json); auto (default) = combined when stage 8 "
+        "ran, else what the decoding stage ran and tuned (EXP_DIR/decoding.json), greedy "
+        "when it ran none",
     )
     parser.add_argument(
         "--ctm",
@@ -66,24 +69,41 @@ def _transcribe(args: argparse.Namespace) -> int:
         pick_device("cuda")  # a clear error where no GPU is visible
     recognizer = Recognizer(args.exp_dir, model=args.model, device=args.device)
     method = args.decode
-    if method == "auto":
+    if method == "auto" and CombinationSettings.load(args.exp_dir) is not None:
+        method = "combined"
+    elif method == "auto":
         tuned = DecodeSettings.load(args.exp_dir)
         method = tuned.method if tuned is not None else "greedy"
-    search = recognizer.search(method)
-    utts, low = [], defaultdict(list)
-    for i, path in enumerate(args.audio):
+    if method == "combined":
+        combined = CombinedRecognizer.load(args.exp_dir, device=args.device)
+        recognizers = combined.recognizers  # the first is EXP_DIR's own model
+    else:
+        recognizers = [recognizer]
+        search = recognizer.search(method)
+    audio, low = [], defaultdict(list)
+    for path in args.audio:
         samples, rate = load_audio_file(path, raw_rate=args.raw_rate, raw_byteorder=args.raw_byteorder)
         if rate < recognizer.features.sample_rate:
             low[rate].append(path)
-        feats = recognizer.audio_features(samples, rate, utt=path, where=path)
-        utts.append(Utterance(f"{i:08d}", feats, np.zeros(0, dtype=np.int64)))
+        audio.append((samples, rate))
     for rate, paths in sorted(low.items()):
         print(low_rate_warning(paths, rate, recognizer.features.sample_rate), file=sys.stderr)
-    posteriors = dict(recognizer.posteriors(utts))
+    posteriors = []
+    for system in recognizers:  # each with its own CMVN stats
+        utts = [
+            Utterance(
+                f"{i:08d}",
+                system.audio_features(samples, rate, utt=path, where=path),
+                np.zeros(0, dtype=np.int64),
+            )
+            for i, ((samples, rate), path) in enumerate(zip(audio, args.audio, strict=True))
+        ]
+        posteriors.append(dict(system.posteriors(utts)))
+    texts = combined.transcripts(posteriors) if method == "combined" else None
     ctm = []
     for i, path in enumerate(args.audio):
-        log_probs = posteriors[f"{i:08d}"]
-        text = search(log_probs)
+        log_probs = posteriors[0][f"{i:08d}"]
+        text = texts[f"{i:08d}"] if texts is not None else search(log_probs)
         print(f"{path}\t{text}")
         if args.ctm and text:
             times = recognizer.word_times(log_probs, text)

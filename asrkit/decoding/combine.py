@@ -17,16 +17,25 @@ tokenizer, which is what makes them disagree usefully.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from asrkit.data.io import atomic_write
 from asrkit.decoding.beam import BeamSearch
-from asrkit.lm.ngram import NGramLM
+from asrkit.decoding.recognizer import DecodeSettings, Recognizer
+from asrkit.errors import DataError
+from asrkit.lm.ngram import NGramLM, read_arpa
 from asrkit.targets.tokenizer import Tokenizer
+
+#: Written in the experiment dir by stage 8: the combination as tuned.
+COMBINATION = "combination.json"
 
 
 @dataclass(frozen=True)
@@ -114,3 +123,102 @@ def pick(
         utt: " ".join(max(cands, key=lambda c: c.score(lm_weight, word_score)).words) if cands else ""
         for utt, cands in candidates.items()
     }
+
+
+@dataclass
+class CombinationSettings:
+    """What stage 8 combined and the weights it picked on the dev set. ``systems`` are
+    experiment dirs relative to the one holding this record (``.`` is that one)."""
+
+    systems: list[str] = field(default_factory=list)
+    nbest: int = 10
+    lm_weight: float = 0.0
+    word_score: float = 0.0
+    tuned_on: str = ""
+
+    def save(self, exp_dir: str | Path) -> None:
+        atomic_write(Path(exp_dir) / COMBINATION, json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, exp_dir: str | Path) -> CombinationSettings | None:
+        """The record, or None when stage 8 combined nothing here."""
+        path = Path(exp_dir) / COMBINATION
+        if not path.is_file():
+            return None
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (ValueError, TypeError) as err:
+            raise DataError(
+                f"{path}: unreadable ({err}); rerun stage 8 (combine) to write it again"
+            ) from None
+
+
+def system_search(recognizer: Recognizer, nbest: int) -> BeamSearch:
+    """An experiment's beam search + LM as its stage 5 tuned it, returning ``nbest``."""
+    tuned = DecodeSettings.load(recognizer.exp_dir)
+    if tuned is None or tuned.method != "beam_lm":
+        raise DataError(
+            f"{recognizer.exp_dir}: no tuned beam_lm decoding (decoding.json); run its stage 5 "
+            "with decode=beam_lm"
+        )
+    lang = recognizer.exp_dir / "lang"
+    return BeamSearch(
+        recognizer.tokenizer,
+        lexicon=lang / "lexicon.txt",
+        lm=lang / "lm.arpa",
+        beam_size=tuned.beam_size,
+        beam_threshold=tuned.beam_threshold,
+        lm_weight=tuned.lm_weight,
+        word_score=tuned.word_score,
+        nbest=nbest,
+    )
+
+
+class CombinedRecognizer:
+    """The systems an experiment's stage 8 combined, with their n-best searches and the
+    combination's LM; :meth:`transcripts` combines as the stage did.
+
+    Args:
+        exp_dir: the experiment dir (the LM is its ``lang/lm.arpa``).
+        systems: the systems' experiment dirs.
+        settings: nbest and the tuned weights.
+        device, max_frames: as for :class:`Recognizer`.
+    """
+
+    def __init__(
+        self,
+        exp_dir: str | Path,
+        systems: Sequence[str | Path],
+        settings: CombinationSettings,
+        *,
+        device: str | torch.device = "cpu",
+        max_frames: int = 40000,
+    ) -> None:
+        self.settings = settings
+        self.recognizers = [Recognizer(d, device=device, max_frames=max_frames) for d in systems]
+        self.searches = [system_search(r, settings.nbest) for r in self.recognizers]
+        self.lm = read_arpa(Path(exp_dir) / "lang" / "lm.arpa")
+
+    @classmethod
+    def load(cls, exp_dir: str | Path, *, device: str | torch.device = "cpu") -> CombinedRecognizer:
+        settings = CombinationSettings.load(exp_dir)
+        if settings is None:
+            raise DataError(
+                f"{Path(exp_dir) / COMBINATION}: not found; this experiment combined no systems "
+                "(stage 8 with ensemble.members)"
+            )
+        return cls(exp_dir, [Path(exp_dir) / s for s in settings.systems], settings, device=device)
+
+    def candidates(self, posteriors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, list[Candidate]]:
+        """Scored candidates of each utterance from every system's log-probabilities."""
+        return combine_nbest(
+            posteriors, searches=self.searches, tokenizers=[r.tokenizer for r in self.recognizers], lm=self.lm
+        )
+
+    def transcripts(self, posteriors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, str]:
+        """Each utterance's combined transcript with the tuned weights."""
+        return pick(
+            self.candidates(posteriors),
+            lm_weight=self.settings.lm_weight,
+            word_score=self.settings.word_score,
+        )

@@ -12,7 +12,6 @@ records), so an interrupted stage 8 goes on where it stopped.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import shlex
@@ -23,20 +22,15 @@ from pathlib import Path
 
 from asrkit.config import AsrkitConfig, compose, settings_hash, to_object
 from asrkit.data.io import atomic_write
-from asrkit.decoding.beam import BeamSearch
-from asrkit.decoding.combine import combine_nbest, pick
-from asrkit.decoding.recognizer import DecodeSettings, Recognizer, check_exp_dir, write_and_score
+from asrkit.decoding.combine import CombinationSettings, CombinedRecognizer, pick
+from asrkit.decoding.recognizer import check_exp_dir, write_and_score
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError, DataError, UserError
-from asrkit.lm.ngram import read_arpa
 from asrkit.scoring.wer import read_text
 from asrkit.stages.decode import decode_targets, prepared_set, report, sweep, tune_target
 from asrkit.stages.registry import StageContext, stage, stage_settings
 
 log = logging.getLogger(__name__)
-
-#: Written in the experiment dir: the combination as tuned (systems and weights).
-COMBINATION = "combination.json"
 
 
 def member_dir(ctx: StageContext, index: int) -> Path:
@@ -181,26 +175,6 @@ def train_members(ctx: StageContext) -> list[Path]:
     return [member_dir(ctx, index) for index in range(1, len(cfg.members) + 1)]
 
 
-def _system_search(recognizer: Recognizer, nbest: int) -> BeamSearch:
-    tuned = DecodeSettings.load(recognizer.exp_dir)
-    if tuned is None or tuned.method != "beam_lm":
-        raise DataError(
-            f"{recognizer.exp_dir}: no tuned beam_lm decoding (decoding.json); run its stage 5 "
-            "with decode=beam_lm"
-        )
-    lang = recognizer.exp_dir / "lang"
-    return BeamSearch(
-        recognizer.tokenizer,
-        lexicon=lang / "lexicon.txt",
-        lm=lang / "lm.arpa",
-        beam_size=tuned.beam_size,
-        beam_threshold=tuned.beam_threshold,
-        lm_weight=tuned.lm_weight,
-        word_score=tuned.word_score,
-        nbest=nbest,
-    )
-
-
 def show_combined(ctx: StageContext) -> None:
     """Print the combined scores again (when the stage is skipped)."""
     for name, _ in decode_targets(ctx):
@@ -241,10 +215,17 @@ def combine(ctx: StageContext) -> None:
         log.info(
             "system %d (%s) on its own, beam + LM: %s", number, system, ", ".join(scores) or "not scored"
         )
-    device = pick_device(ctx.cfg.train.device)
-    recognizers = [Recognizer(d, device=device, max_frames=ctx.cfg.decode.max_frames) for d in systems]
-    searches = [_system_search(r, cfg.nbest) for r in recognizers]
-    lm = read_arpa(ctx.exp_dir / "lang" / "lm.arpa")
+    settings = CombinationSettings(
+        systems=[os.path.relpath(d, ctx.exp_dir) for d in systems], nbest=cfg.nbest
+    )
+    combined = CombinedRecognizer(
+        ctx.exp_dir,
+        systems,
+        settings,
+        device=pick_device(ctx.cfg.train.device),
+        max_frames=ctx.cfg.decode.max_frames,
+    )
+    recognizers = combined.recognizers
     tune_name, tune_dir = tune_target(ctx)
     targets = dict((name, prepared_set(ctx, name, path)) for name, path in decode_targets(ctx))
     targets.setdefault(tune_name, tune_dir)
@@ -257,9 +238,7 @@ def combine(ctx: StageContext) -> None:
                 raise DataError(
                     f"{data_dir}: {recognizer.exp_dir} decoded other utterances than {systems[0]}"
                 )
-        candidates[name] = combine_nbest(
-            posteriors, searches=searches, tokenizers=[r.tokenizer for r in recognizers], lm=lm
-        )
+        candidates[name] = combined.candidates(posteriors)
         per_utt = sum(len(c) for c in candidates[name].values()) / max(len(candidates[name]), 1)
         log.info(
             "%s: %d systems proposed %.1f distinct transcripts per utterance", name, len(systems), per_utt
@@ -273,20 +252,8 @@ def combine(ctx: StageContext) -> None:
         name=tune_name,
     )
     setting = f"systems={len(systems)} nbest={cfg.nbest} lm_weight={lm_weight:g} word_score={word_score:g}"
-    atomic_write(
-        ctx.exp_dir / COMBINATION,
-        json.dumps(
-            {
-                "systems": [str(d) for d in systems],
-                "nbest": cfg.nbest,
-                "lm_weight": lm_weight,
-                "word_score": word_score,
-                "tuned_on": tune_name,
-            },
-            indent=2,
-        )
-        + "\n",
-    )
+    settings.lm_weight, settings.word_score, settings.tuned_on = lm_weight, word_score, tune_name
+    settings.save(ctx.exp_dir)  # what asrkit transcribe combines with
     for name, data_dir in targets.items():
         if name == tune_name and name not in dict(decode_targets(ctx)):
             continue
