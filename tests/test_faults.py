@@ -118,9 +118,9 @@ def test_delay_by_one_resumes_with_its_exchanges_in_flight(data_root: Path, tmp_
 
 def test_adpsgd_restarts_from_its_last_epoch_end(data_root: Path, tmp_path: Path) -> None:
     """Asynchronous, so not bitwise: the replicas resume from an epoch-end state they all
-    hold. Killed in epoch 3: learner 1 saved its epoch-2 state only after every learner had
-    saved epoch 1's, so at least that one is common (the main learner may still have been
-    validating epoch 2 when torchrun stopped it)."""
+    hold. Killed in epoch 3 (or 4): learner 1 saved its epoch-2 state only after every
+    learner had saved epoch 1's, so at least that one is common (the main learner may still
+    have been validating epoch 2 when torchrun stopped it)."""
     cut = _stage4(
         data_root,
         tmp_path / "cut",
@@ -133,8 +133,11 @@ def test_adpsgd_restarts_from_its_last_epoch_end(data_root: Path, tmp_path: Path
     )
     assert cut.returncode == 0, cut.stderr[-3000:]
     log = (tmp_path / "cut" / "log" / "run.log").read_text() + cut.stderr
-    assert re.search(r"fault injection: killing this learner after step \d+ \(epoch 3\)", log), log[-4000:]
-    assert re.search(r"resuming from .*: epoch [23], batch 0", log), log[-3000:]
+    # ADPSGD shares an epoch's samples by global progress, so a learner that starts late
+    # can take no step in epoch 3 (seen in CI: learner 1 did all of epochs 1-3); the kill
+    # then comes after its first step of epoch 4, and the resume from that epoch's start.
+    assert re.search(r"fault injection: killing this learner after step \d+ \(epoch [34]\)", log), log[-4000:]
+    assert re.search(r"resuming from .*: epoch [234], batch 0", log), log[-3000:]
     summary = json.loads((tmp_path / "cut" / "train_summary.json").read_text())
     assert [h["epoch"] for h in summary["history"]] == [1, 2, 3, 4]
     assert (tmp_path / "cut" / "model.pt").is_file()
