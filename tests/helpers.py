@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile
+import torch
 
 from asrkit.data import DataDir, write_data_dir
 
@@ -87,17 +89,19 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
-def tiny_recipe(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    """Stages 2-5 of the recipe on seeded train/train_dev/test dirs of 6 utterances each,
-    with the tiny model for 2 epochs (``extra``: more overrides)."""
+def tiny_recipe(tmp_path: Path, *extra: str, stop_stage: int = 5) -> subprocess.CompletedProcess:
+    """Stages 2-``stop_stage`` of the recipe on seeded train/train_dev/test dirs of 6
+    utterances each (made on the first call), with the tiny model for 2 epochs (``extra``:
+    more overrides)."""
     for i, name in enumerate(("train", "train_dev", "test")):
-        make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
+        if not (tmp_path / "data" / name).is_dir():
+            make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
     return run_cli(
         "run",
         "--stage",
         "2",
         "--stop-stage",
-        "5",
+        str(stop_stage),
         f"data_root={tmp_path / 'data'}",
         f"feats_root={tmp_path / 'fbank'}",
         f"exp_dir={tmp_path / 'exp'}",
@@ -109,3 +113,15 @@ def tiny_recipe(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
         "tokenizer=char",  # the fixtures' words are not in AN4's dictionary
         *extra,
     )
+
+
+def ctc_emissions(tokenizer: Any, text: str, rng: np.random.Generator, *, noise: float) -> torch.Tensor:
+    """``(T, V)`` CTC log-probabilities that spell ``text`` (2 frames per unit, a blank
+    after each), blurred by Gaussian noise of scale ``noise`` on the logits."""
+    path = []
+    for i in tokenizer.encode(text):
+        path += [i, i, 0]
+    logits = torch.full((len(path), tokenizer.num_tokens + 1), -4.0)
+    logits[torch.arange(len(path)), torch.tensor(path)] = 4.0
+    logits += noise * torch.from_numpy(rng.standard_normal(logits.shape)).float()
+    return logits.log_softmax(-1)

@@ -15,7 +15,7 @@ from asrkit.errors import ConfigError
 from asrkit.lm.ngram import estimate_kneser_ney, write_arpa
 from asrkit.scoring import score_texts
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
-from tests.helpers import make_data_dir, run_cli, tiny_recipe
+from tests.helpers import ctc_emissions, make_data_dir, run_cli, tiny_recipe
 
 TEXTS = {"a-1": "TWO THREE", "a-2": "ONE TWO", "b-1": "THREE ONE TWO", "b-2": "GO", "b-3": "NO GO"}
 
@@ -23,18 +23,6 @@ TEXTS = {"a-1": "TWO THREE", "a-2": "ONE TWO", "b-1": "THREE ONE TWO", "b-2": "G
 @pytest.fixture
 def tokenizer(tmp_path: Path) -> Tokenizer:
     return train_tokenizer(TEXTS, tmp_path / "tok", TokenizerConfig(kind="char"))
-
-
-def _emissions(tokenizer: Tokenizer, text: str, rng: np.random.Generator, *, noise: float) -> torch.Tensor:
-    """CTC log-probabilities that spell ``text`` (2 frames per unit, a blank after each),
-    blurred by Gaussian noise of scale ``noise`` on the logits."""
-    path = []
-    for i in tokenizer.encode(text):
-        path += [i, i, 0]
-    logits = torch.full((len(path), tokenizer.num_tokens + 1), -4.0)
-    logits[torch.arange(len(path)), torch.tensor(path)] = 4.0
-    logits += noise * torch.from_numpy(rng.standard_normal(logits.shape)).float()
-    return logits.log_softmax(-1)
 
 
 def test_lexicon_spells_words_in_units(tmp_path: Path, tokenizer: Tokenizer) -> None:
@@ -62,7 +50,7 @@ def test_beam_with_lm_weight_0_is_never_worse_than_greedy(tmp_path: Path, tokeni
     )
     for k in range(40):
         text = " ".join(rng.choice(["ONE", "TWO", "THREE", "GO", "NO"], size=int(rng.integers(1, 5))))
-        lp = _emissions(tokenizer, text, rng, noise=2.5)
+        lp = ctc_emissions(tokenizer, text, rng, noise=2.5)
         k = f"s-{k}"
         refs[k] = text.split()
         greedy[k] = tokenizer.decode(greedy_ctc(lp[None], torch.tensor([lp.shape[0]]))[0]).split()
@@ -81,12 +69,12 @@ def test_lm_fixes_what_the_acoustics_leave_ambiguous(tmp_path: Path, tokenizer: 
     write_lexicon(tmp_path / "lexicon.txt", {w for t in TEXTS.values() for w in t.split()}, tokenizer)
     write_arpa(estimate_kneser_ney([t.split() for t in TEXTS.values()] * 5, order=2), tmp_path / "lm.arpa")
     rng = np.random.default_rng(1)
-    lp = _emissions(tokenizer, "NO GO", rng, noise=0.0)
+    lp = ctc_emissions(tokenizer, "NO GO", rng, noise=0.0)
     plain = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa", lm_weight=0.0)
     with_lm = BeamSearch(tokenizer, lexicon=tmp_path / "lexicon.txt", lm=tmp_path / "lm.arpa", lm_weight=2.0)
     assert plain(lp) == "NO GO" and with_lm(lp) == "NO GO"
     # Outputs are lexicon words only: an unknown spelling never comes out as <unk>.
-    lp = _emissions(tokenizer, "TWO OWT", rng, noise=0.0)
+    lp = ctc_emissions(tokenizer, "TWO OWT", rng, noise=0.0)
     assert "<unk>" not in with_lm(lp) and set(with_lm(lp).split()) <= set(" ".join(TEXTS.values()).split())
     with pytest.raises(ConfigError, match="needs a lexicon"):
         BeamSearch(tokenizer, lexicon=None, lm=tmp_path / "lm.arpa")

@@ -21,8 +21,8 @@ from asrkit.lm.ngram import estimate_kneser_ney, write_arpa
 from asrkit.scoring import score_texts
 from asrkit.stages.combine import check_member, member_overrides
 from asrkit.stages.registry import StageContext
-from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
-from tests.helpers import make_data_dir, run_cli
+from asrkit.targets import TokenizerConfig, train_tokenizer
+from tests.helpers import ctc_emissions, run_cli, tiny_recipe
 
 WORDS = ["ONE", "TWO", "THREE", "GO", "NO"]
 NOISE = 4.0  # logit noise at which each fake system errs on several of the 40 utterances
@@ -41,18 +41,6 @@ def test_ctc_log_likelihood_sums_every_alignment() -> None:
     assert ctc_log_likelihood(log_probs, [1, 1, 1]) == -math.inf  # needs 5 frames: 1 _ 1 _ 1
 
 
-def _emissions(tokenizer: Tokenizer, text: str, rng: np.random.Generator, *, noise: float) -> torch.Tensor:
-    """CTC log-probabilities spelling ``text`` (2 frames per unit then a blank), blurred by
-    Gaussian noise on the logits; each call draws its own noise (another "model")."""
-    path = []
-    for i in tokenizer.encode(text):
-        path += [i, i, 0]
-    logits = torch.full((len(path), tokenizer.num_tokens + 1), -4.0)
-    logits[torch.arange(len(path)), torch.tensor(path)] = 4.0
-    logits += noise * torch.from_numpy(rng.standard_normal(logits.shape)).float()
-    return logits.log_softmax(-1)
-
-
 def test_combining_noisy_systems_beats_each_of_them(tmp_path: Path) -> None:
     tokenizer = train_tokenizer(TEXTS, tmp_path / "tok", TokenizerConfig(kind="char"))
     write_lexicon(tmp_path / "lexicon.txt", WORDS, tokenizer)
@@ -68,7 +56,7 @@ def test_combining_noisy_systems_beats_each_of_them(tmp_path: Path) -> None:
         text = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 5))))
         refs[f"u-{k}"] = text.split()
         for posteriors in systems:
-            posteriors[f"u-{k}"] = _emissions(tokenizer, text, rng, noise=NOISE)
+            posteriors[f"u-{k}"] = ctc_emissions(tokenizer, text, rng, noise=NOISE)
     candidates = combine_nbest(systems, searches=[search] * 3, tokenizers=[tokenizer] * 3, lm=lm)
     # Every system's own best transcript is among the candidates, scored by all systems.
     for utt, cands in candidates.items():
@@ -142,27 +130,14 @@ def test_a_member_may_not_change_the_shared_features(tmp_path: Path) -> None:
 
 
 def _fixture_run(tmp_path: Path, *extra: str):
-    for i, name in enumerate(("train", "train_dev", "test")):
-        if not (tmp_path / "data" / name).is_dir():
-            make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
-    return run_cli(
-        "run",
-        "--stage",
-        "2",
-        f"data_root={tmp_path / 'data'}",
-        f"feats_root={tmp_path / 'fbank'}",
-        f"exp_dir={tmp_path / 'exp'}",
-        "features.nj=1",
-        "model=tiny",
-        "train.epochs=2",
+    return tiny_recipe(
+        tmp_path,
         "train.average_last=1",
-        "train.progress=false",
-        "features.num_mel_bins=23",
-        "tokenizer=char",  # the fixtures' words are not in AN4's dictionary
         "ensemble.nbest=3",
         "ensemble.lm_weights=[0,1]",
         "ensemble.word_scores=[0]",
         *extra,
+        stop_stage=8,
     )
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -37,3 +41,21 @@ def atomic_write(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_writer`)."""
     with atomic_writer(path) as handle:
         handle.write(text)
+
+
+def save_record(path: str | os.PathLike, record: Any) -> None:
+    """Write a dataclass ``record`` as indented JSON, atomically."""
+    atomic_write(path, json.dumps(dataclasses.asdict(record), indent=2) + "\n")
+
+
+def load_record(path: str | os.PathLike, cls: type[T], *, fix: str) -> T | None:
+    """The dataclass ``cls`` saved at ``path`` by :func:`save_record`; None when there is
+    no file. An unreadable one raises DataError naming ``fix``."""
+    from asrkit.errors import DataError
+
+    if not Path(path).is_file():
+        return None
+    try:
+        return cls(**json.loads(Path(path).read_text()))
+    except (ValueError, TypeError) as err:
+        raise DataError(f"{path}: unreadable ({err}); {fix}") from None

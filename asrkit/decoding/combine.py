@@ -17,8 +17,6 @@ tokenizer, which is what makes them disagree usefully.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from asrkit.data.io import atomic_write
+from asrkit.data.io import load_record, save_record
 from asrkit.decoding.beam import BeamSearch
 from asrkit.decoding.recognizer import DecodeSettings, Recognizer
 from asrkit.errors import DataError
@@ -137,20 +135,12 @@ class CombinationSettings:
     tuned_on: str = ""
 
     def save(self, exp_dir: str | Path) -> None:
-        atomic_write(Path(exp_dir) / COMBINATION, json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+        save_record(Path(exp_dir) / COMBINATION, self)
 
     @classmethod
     def load(cls, exp_dir: str | Path) -> CombinationSettings | None:
         """The record, or None when stage 8 combined nothing here."""
-        path = Path(exp_dir) / COMBINATION
-        if not path.is_file():
-            return None
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (ValueError, TypeError) as err:
-            raise DataError(
-                f"{path}: unreadable ({err}); rerun stage 8 (combine) to write it again"
-            ) from None
+        return load_record(Path(exp_dir) / COMBINATION, cls, fix="rerun stage 8 (combine) to write it again")
 
 
 def system_search(recognizer: Recognizer, nbest: int) -> BeamSearch:

@@ -9,7 +9,6 @@ config that trained it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -20,7 +19,7 @@ import torch
 from asrkit.data.audio import load_audio
 from asrkit.data.batch import CmvnNormalizer, Utterance, collate, make_buckets
 from asrkit.data.datadir import read_data_dir, write_kaldi_map
-from asrkit.data.io import atomic_write
+from asrkit.data.io import load_record, save_record
 from asrkit.data.stream import load_utterances
 from asrkit.decoding.beam import BOUNDARY, BeamSearch
 from asrkit.decoding.config import METHODS
@@ -53,20 +52,14 @@ class DecodeSettings:
     tuned_on: str = ""  # the set the pair was picked on ("" when there was no grid)
 
     def save(self, exp_dir: str | Path) -> None:
-        atomic_write(Path(exp_dir) / DECODE_SETTINGS, json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+        save_record(Path(exp_dir) / DECODE_SETTINGS, self)
 
     @classmethod
     def load(cls, exp_dir: str | Path) -> DecodeSettings | None:
         """The recorded settings, or None when stage 5 ran no beam search here."""
-        path = Path(exp_dir) / DECODE_SETTINGS
-        if not path.is_file():
-            return None
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (ValueError, TypeError) as err:
-            raise DataError(
-                f"{path}: unreadable decoding settings ({err}); rerun stage 5 (decode) to write them again"
-            ) from None
+        return load_record(
+            Path(exp_dir) / DECODE_SETTINGS, cls, fix="rerun stage 5 (decode) to write them again"
+        )
 
 
 class Recognizer:
