@@ -48,9 +48,9 @@ def save_record(path: str | os.PathLike, record: Any) -> None:
     atomic_write(path, json.dumps(dataclasses.asdict(record), indent=2) + "\n")
 
 
-def load_record(path: str | os.PathLike, cls: type[T], *, fix: str) -> T | None:
+def load_record(path: str | os.PathLike, cls: type[T], *, what: str, fix: str) -> T | None:
     """The dataclass ``cls`` saved at ``path`` by :func:`save_record`; None when there is
-    no file. An unreadable one raises DataError naming ``fix``."""
+    no file. An unreadable one raises DataError naming ``what`` it holds and the ``fix``."""
     from asrkit.errors import DataError
 
     if not Path(path).is_file():
@@ -58,4 +58,4 @@ def load_record(path: str | os.PathLike, cls: type[T], *, fix: str) -> T | None:
     try:
         return cls(**json.loads(Path(path).read_text()))
     except (ValueError, TypeError) as err:
-        raise DataError(f"{path}: unreadable ({err}); {fix}") from None
+        raise DataError(f"{path}: unreadable {what} ({err}); {fix}") from None

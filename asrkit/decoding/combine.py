@@ -140,7 +140,12 @@ class CombinationSettings:
     @classmethod
     def load(cls, exp_dir: str | Path) -> CombinationSettings | None:
         """The record, or None when stage 8 combined nothing here."""
-        return load_record(Path(exp_dir) / COMBINATION, cls, fix="rerun stage 8 (combine) to write it again")
+        return load_record(
+            Path(exp_dir) / COMBINATION,
+            cls,
+            what="combination",
+            fix="rerun stage 8 (combine) to write it again",
+        )
 
 
 def system_search(recognizer: Recognizer, nbest: int) -> BeamSearch:

@@ -58,7 +58,10 @@ class DecodeSettings:
     def load(cls, exp_dir: str | Path) -> DecodeSettings | None:
         """The recorded settings, or None when stage 5 ran no beam search here."""
         return load_record(
-            Path(exp_dir) / DECODE_SETTINGS, cls, fix="rerun stage 5 (decode) to write them again"
+            Path(exp_dir) / DECODE_SETTINGS,
+            cls,
+            what="decoding settings",
+            fix="rerun stage 5 (decode) to write them again",
         )
 
 
