@@ -12,7 +12,8 @@ line must contain. Most commands run in this process through ``asrkit.cli.main.m
 (an exception escaping it fails the case), which saves the ~2 s interpreter and torch
 start of a subprocess per case; the feature-extraction cases, which fork ``features.nj``
 jobs, and a few in every other group run as ``python -m asrkit``, as users meet the CLI.
-Bad data dirs are also checked function by function in ``test_datadir.py``.
+Bad data dirs are also checked function by function in ``test_datadir.py``, bad
+``segments`` files case by case in ``test_segments.py``.
 """
 
 from __future__ import annotations
@@ -298,6 +299,34 @@ def _(w: Work):
     text = w.data / "train" / "text"
     text.write_bytes(text.read_bytes().replace(b"WORD1", b"CAF\xc9"))
     return w.stage(2), [f"{text}:2", "not UTF-8", "iconv"]
+
+
+def _segmented(w: Work, name: str = "train") -> Path:
+    """Make set ``name`` a segmented dir, each utterance cut (0 to 0.4 s, all of it) from a
+    recording of its own id; returns its ``segments`` file."""
+    data_dir = w.data / name
+    utts = read_kaldi_map(data_dir / "utt2spk")
+    write_kaldi_map(data_dir / "segments", {utt: f"{utt} 0 0.4" for utt in utts})
+    return data_dir / "segments"
+
+
+@case("segments-end-before-start")
+def _(w: Work):
+    w.raw_data()
+    segments = _edit(_segmented(w), "spk2-utt1 spk2-utt1 0 0.4", "spk2-utt1 spk2-utt1 0.3 0.2")
+    return w.stage(2), [f"{segments}:2", "'spk2-utt1'", "not after start time 0.3", "fix the times"]
+
+
+@case("segments-end-past-recording")
+def _(w: Work):
+    w.raw_data()
+    segments = _edit(_segmented(w), "spk2-utt1 spk2-utt1 0 0.4", "spk2-utt1 spk2-utt1 0 3")
+    return w.extract(), [
+        str(segments),
+        "'spk2-utt1'",
+        "past the end of the recording",
+        "fix the segment's times",
+    ]
 
 
 @case("datadir-missing")

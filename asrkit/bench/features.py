@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torchaudio.compliance.kaldi as kaldi
 
-from asrkit.data import load_audio, read_data_dir, read_matrices
+from asrkit.data import iter_utterance_audio, read_data_dir, read_matrices
 from asrkit.features import FeatureConfig, compute_features_for_dir
 
 
@@ -64,27 +64,27 @@ def bench_features(data_dir: str | Path, *, repeats: int = 3) -> dict:
     torch.set_num_threads(1)
     cfg = FeatureConfig(nj=1)
     data = read_data_dir(data_dir)
-    audio = [load_audio(data.wav_scp[u], utt=u)[0] for u in data.utt_ids]
-    seconds = sum(len(samples) for samples in audio) / cfg.sample_rate
+    seconds = sum(len(audio.samples) for audio in iter_utterance_audio(data)) / cfg.sample_rate
     knf_extract = _knf_extractor(cfg)
 
     def loop() -> list[np.ndarray]:
-        out = []
-        for utt in data.utt_ids:
-            samples, _ = load_audio(data.wav_scp[utt], utt=utt)
-            wave = torch.from_numpy(samples)[None]
-            out.append(kaldi.fbank(wave, num_mel_bins=cfg.num_mel_bins, dither=0.0, energy_floor=0.0).numpy())
-        return out
+        out = {}
+        for utt, samples, _, _ in iter_utterance_audio(data):
+            wave = torch.from_numpy(np.ascontiguousarray(samples))[None]
+            out[utt] = kaldi.fbank(wave, num_mel_bins=cfg.num_mel_bins, dither=0.0, energy_floor=0.0).numpy()
+        return [out[u] for u in data.utt_ids]
 
     def knf() -> list[np.ndarray]:
-        return [knf_extract(load_audio(data.wav_scp[u], utt=u)[0]) for u in data.utt_ids]
+        out = {audio.utt: knf_extract(audio.samples) for audio in iter_utterance_audio(data)}
+        return [out[u] for u in data.utt_ids]
 
     times: dict[str, list[float]] = {"asrkit": [], "loop": [], "knf": []}
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "data"
         copy.mkdir()
-        for name in ("wav.scp", "utt2spk", "spk2utt", "text"):
-            (copy / name).write_bytes((Path(data_dir) / name).read_bytes())
+        for name in ("wav.scp", "utt2spk", "spk2utt", "text", "segments", "reco2file_and_channel"):
+            if (Path(data_dir) / name).is_file():
+                (copy / name).write_bytes((Path(data_dir) / name).read_bytes())
         for _ in range(repeats):
             for name, run in (
                 ("loop", loop),

@@ -13,7 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="check a Kaldi data dir",
         description="Check a Kaldi data dir like utils/validate_data_dir.sh: files present, "
         "ids unique and sorted, every file listing the same utterances, spk2utt matching "
-        "utt2spk, no empty transcripts.",
+        "utt2spk, no empty transcripts. A segmented dir (segments: utterances cut from the "
+        "recordings wav.scp lists) is checked too: times well formed, every recording known.",
     )
     parser.add_argument("data_dir", help="the data directory")
     parser.add_argument("--no-text", action="store_true", help="do not require a text file")
@@ -22,9 +23,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _validate(args: argparse.Namespace) -> int:
     data = validate_data_dir(args.data_dir, require_text=not args.no_text)
-    extra = "".join(f", {name}" for name in data.extra)
+    files = ["wav.scp", "utt2spk", "spk2utt"]
+    files += ["text"] if data.text is not None else []
+    files += ["segments"] if data.segmented else []
+    files += ["reco2file_and_channel"] if data.reco2file_and_channel is not None else []
+    files += list(data.extra)
+    recordings = f", {len(data.recordings())} recordings" if data.segmented else ""
     print(
-        f"{args.data_dir}: OK ({len(data.utt_ids)} utterances, {len(data.spk2utt)} speakers; "
-        f"wav.scp, utt2spk, spk2utt{', text' if data.text is not None else ''}{extra})"
+        f"{args.data_dir}: OK ({len(data.utt_ids)} utterances, {len(data.spk2utt)} speakers"
+        f"{recordings}; {', '.join(files)})"
     )
     return 0

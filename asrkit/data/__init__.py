@@ -3,10 +3,13 @@
 Public API:
     - :class:`DataDir`, :func:`read_data_dir`, :func:`write_data_dir`,
       :func:`validate_data_dir` — ``wav.scp``/``text``/``utt2spk``/``spk2utt``
-      read, write (atomically, sorted under C locale) and checked.
+      read, write (atomically, sorted under C locale) and checked; segmented dirs
+      (``segments``: utterances cut from the recordings of ``wav.scp``) too, with
+      :class:`Segment` and :func:`read_segments` for one ``segments`` file.
     - :func:`read_kaldi_map`, :func:`write_kaldi_map` — one ``key value`` file.
     - :func:`load_audio` — one ``wav.scp`` entry (path or ``cmd |`` pipe) as
-      int16-range float samples and its sample rate.
+      int16-range float samples and its sample rate; :func:`iter_utterance_audio` —
+      every utterance of a data dir, each recording read once and cut by ``segments``.
     - :func:`read_matrix`, :func:`read_matrices` — Kaldi feature / stats matrices from
       an rxfilename (``file.ark:123[0:9]``, ``cmd |``) or a table (``scp:feats.scp``,
       ``ark:gunzip -c x.gz |``): float, double, text and compressed (``CM``/``CM2``/``CM3``,
@@ -27,11 +30,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from asrkit.data.audio import load_audio
+    from asrkit.data.audio import iter_utterance_audio, load_audio
     from asrkit.data.datadir import (
         DataDir,
+        Segment,
         read_data_dir,
         read_kaldi_map,
+        read_segments,
         validate_data_dir,
         write_data_dir,
         write_kaldi_map,
@@ -43,13 +48,16 @@ if TYPE_CHECKING:
 # pay for numpy and the audio libraries.
 _HOME = {
     "load_audio": "audio",
+    "iter_utterance_audio": "audio",
     "atomic_write": "io",
     "atomic_writer": "io",
     **dict.fromkeys(
         (
             "DataDir",
+            "Segment",
             "read_data_dir",
             "read_kaldi_map",
+            "read_segments",
             "validate_data_dir",
             "write_data_dir",
             "write_kaldi_map",
@@ -70,13 +78,16 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DataDir",
+    "Segment",
     "atomic_write",
     "atomic_writer",
+    "iter_utterance_audio",
     "load_audio",
     "read_data_dir",
     "read_kaldi_map",
     "read_matrices",
     "read_matrix",
+    "read_segments",
     "read_vector",
     "read_vectors",
     "validate_data_dir",

@@ -6,12 +6,19 @@ A data dir holds one line per utterance in ``wav.scp`` (``utt path`` or
 under the C locale (byte order) and utterance ids start with their speaker id
 so that sorting by utterance also groups speakers — Kaldi's own rules, so the
 directories asrkit writes work with Kaldi's scripts and vice versa.
+
+A *segmented* dir (Switchboard, Fisher, eval2000 as Kaldi prepares them) has a
+``segments`` file, ``utt recording start end`` (seconds; end ``-1`` means "to the
+end of the recording"): then ``wav.scp`` lists recordings, the utterances are the
+lines of ``segments``, and an optional ``reco2file_and_channel``
+(``recording file channel``, for CTM scoring) is kept along.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import math
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -114,6 +121,112 @@ def _utf8_lines(handle: IO[str], path: Path) -> Iterator[tuple[int, str]]:
         raise
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Where an utterance lies in its recording (one line of ``segments``).
+
+    Attributes:
+        recording: the recording id (a ``wav.scp`` key).
+        start: start time in seconds (>= 0).
+        end: end time in seconds (> start), or -1 for "to the end of the recording".
+    """
+
+    recording: str
+    start: float
+    end: float
+
+    def __str__(self) -> str:
+        """The ``segments`` value: ``recording start end``."""
+        return f"{self.recording} {format_time(self.start)} {format_time(self.end)}"
+
+
+def format_time(seconds: float) -> str:
+    """A time for ``segments``: fixed point to the microsecond, without trailing zeros
+    (``0.98``, ``12``, ``-1``) — what Kaldi's scripts and awk read back."""
+    text = f"{seconds + 0.0:.6f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
+#: The format of a ``segments`` line, for error messages.
+_SEGMENT_FORMAT = "'<utterance-id> <recording-id> <start-seconds> <end-seconds>'"
+
+
+def read_segments(path: str | Path, *, recordings: Collection[str] | None = None) -> dict[str, Segment]:
+    """Read and check a Kaldi ``segments`` file.
+
+    Args:
+        path: the file (``utt recording start end`` per line, C-sorted by utterance).
+        recordings: the recording ids of ``wav.scp``; when given, every line must name one.
+
+    Returns:
+        utterance id -> :class:`Segment`, in file order.
+
+    Raises:
+        DataError: missing file, unsorted or duplicate utterance id, wrong number of
+            fields, times that are not numbers, a negative start, an end not after the
+            start (other than -1), or an unknown recording; the message names the file,
+            the line, the utterance and the fix.
+    """
+    segments: dict[str, Segment] = {}
+    for lineno, utt, value in iter_kaldi_map(path):
+        where = f"{path}:{lineno}: utterance '{utt}'"
+        fields = value.split()
+        if len(fields) != 3:
+            raise DataError(
+                f"{where} has {len(fields) + 1} fields, not 4; a segments line is "
+                f"{_SEGMENT_FORMAT} — fix the line"
+            )
+        recording, start_text, end_text = fields
+        try:
+            start, end = float(start_text), float(end_text)
+        except ValueError:
+            start = end = math.nan
+        if not (math.isfinite(start) and math.isfinite(end)):
+            raise DataError(
+                f"{where}: times '{start_text} {end_text}' are not numbers; give start and end in "
+                f"seconds, e.g. '{utt} {recording} 1.25 3.4'"
+            )
+        if start < 0:
+            raise DataError(
+                f"{where}: start time {start_text} is negative; times count seconds from the "
+                "start of the recording — fix the line"
+            )
+        if end != -1 and end <= start:
+            raise DataError(
+                f"{where}: end time {end_text} is not after start time {start_text}; fix the times "
+                "(-1 as the end means 'to the end of the recording') or remove the line"
+            )
+        if recordings is not None and recording not in recordings:
+            raise DataError(
+                f"{where}: recording '{recording}' is not in wav.scp; add the recording to "
+                "wav.scp or fix the recording id"
+            )
+        segments[utt] = Segment(recording, start, end)
+    return segments
+
+
+def read_reco2file_and_channel(path: str | Path) -> dict[str, str]:
+    """Read a Kaldi ``reco2file_and_channel`` file (``recording file channel`` per line).
+
+    Returns:
+        recording id -> ``"file channel"``.
+
+    Raises:
+        DataError: missing file, unsorted or duplicate recording id, or a line without
+            exactly a file and a channel (named with its line and the fix).
+    """
+    entries: dict[str, str] = {}
+    for lineno, recording, value in iter_kaldi_map(path):
+        if len(value.split()) != 2:
+            raise DataError(
+                f"{path}:{lineno}: recording '{recording}' has {len(value.split()) + 1} fields, "
+                "not 3; a reco2file_and_channel line is '<recording-id> <file> <channel>' "
+                "(channel A or B, or 1) — fix the line"
+            )
+        entries[recording] = value
+    return entries
+
+
 def read_frame_shift(data_dir: str | Path) -> float:
     """A data dir's frame shift in seconds (its ``frame_shift`` file; 10 ms when absent)."""
     try:
@@ -133,20 +246,46 @@ class DataDir:
     """The contents of a Kaldi data directory (all maps ordered by utterance id).
 
     Attributes:
-        wav_scp: utterance id -> audio path or pipe command ending in ``|``.
+        wav_scp: utterance id -> audio path or pipe command ending in ``|``; in a
+            segmented dir, recording id -> audio.
         text: utterance id -> transcript (words separated by single spaces).
         utt2spk: utterance id -> speaker id.
         extra: other per-utterance maps found in the dir (``feats.scp``, ...).
+        segments: utterance id -> where it lies in its recording, for a segmented dir
+            (``segments``); None when every ``wav.scp`` entry is one utterance.
+        reco2file_and_channel: recording id -> ``"file channel"``, when the dir has one.
     """
 
     wav_scp: dict[str, str]
     utt2spk: dict[str, str]
     text: dict[str, str] | None = None
     extra: dict[str, dict[str, str]] = field(default_factory=dict)
+    segments: dict[str, Segment] | None = None
+    reco2file_and_channel: dict[str, str] | None = None
 
     @property
     def utt_ids(self) -> list[str]:
         return list(self.utt2spk)
+
+    @property
+    def segmented(self) -> bool:
+        """True when utterances are cut from recordings by ``segments``."""
+        return self.segments is not None
+
+    def recordings(self) -> list[Recording]:
+        """The audio to read, each recording once with the utterances cut from it.
+
+        In a segmented dir, recordings come in the order of their first utterance (by
+        utterance id) and hold their utterances in utterance order; recordings that no
+        utterance uses are left out. Otherwise each utterance is its own recording.
+        """
+        if self.segments is None:
+            return [Recording(utt, self.wav_scp[utt], ((utt, None),)) for utt in self.utt2spk]
+        cuts: dict[str, list[tuple[str, Segment | None]]] = {}
+        for utt in self.utt2spk:
+            segment = self.segments[utt]
+            cuts.setdefault(segment.recording, []).append((utt, segment))
+        return [Recording(reco, self.wav_scp[reco], tuple(utts)) for reco, utts in cuts.items()]
 
     @property
     def spk2utt(self) -> dict[str, list[str]]:
@@ -163,16 +302,44 @@ class DataDir:
         def sub(mapping: dict[str, str]) -> dict[str, str]:
             return {utt: mapping[utt] for utt in pick if utt in mapping}
 
+        segments = reco2fc = None
+        if self.segments is None:
+            wav_scp = sub(self.wav_scp)
+            used: Collection[str] = pick
+        else:
+            segments = {utt: self.segments[utt] for utt in pick if utt in self.segments}
+            used = {segment.recording for segment in segments.values()}
+            wav_scp = {reco: entry for reco, entry in self.wav_scp.items() if reco in used}
+        if self.reco2file_and_channel is not None:
+            reco2fc = {r: v for r, v in self.reco2file_and_channel.items() if r in used}
         return DataDir(
-            wav_scp=sub(self.wav_scp),
+            wav_scp=wav_scp,
             utt2spk=sub(self.utt2spk),
             text=None if self.text is None else sub(self.text),
             extra={name: sub(mapping) for name, mapping in self.extra.items()},
+            segments=segments,
+            reco2file_and_channel=reco2fc,
         )
 
 
+@dataclass(frozen=True)
+class Recording:
+    """One ``wav.scp`` entry and the utterances cut from it (see :meth:`DataDir.recordings`).
+
+    Attributes:
+        id: the recording id (the utterance id in a dir without ``segments``).
+        entry: the ``wav.scp`` value: a path or a pipe command ending in ``|``.
+        utterances: ``(utterance id, segment)`` pairs; segment None means the whole audio.
+    """
+
+    id: str
+    entry: str
+    utterances: tuple[tuple[str, Segment | None], ...]
+
+
 def write_data_dir(path: str | Path, data: DataDir) -> None:
-    """Write ``wav.scp``, ``utt2spk``, ``spk2utt`` and ``text`` (when present).
+    """Write ``wav.scp``, ``utt2spk``, ``spk2utt``, and ``text``, ``segments`` and
+    ``reco2file_and_channel`` when present.
 
     Each file is written atomically and sorted; the directory is validated
     first, so an inconsistent DataDir never reaches disk.
@@ -185,6 +352,10 @@ def write_data_dir(path: str | Path, data: DataDir) -> None:
     write_kaldi_map(path / "spk2utt", {spk: " ".join(u) for spk, u in data.spk2utt.items()})
     if data.text is not None:
         write_kaldi_map(path / "text", data.text)
+    if data.segments is not None:
+        write_kaldi_map(path / "segments", {utt: str(seg) for utt, seg in data.segments.items()})
+    if data.reco2file_and_channel is not None:
+        write_kaldi_map(path / "reco2file_and_channel", data.reco2file_and_channel)
     for name, mapping in data.extra.items():
         write_kaldi_map(path / name, mapping)
 
@@ -201,6 +372,11 @@ def read_data_dir(path: str | Path, *, require_text: bool = True) -> DataDir:
         raise DataError(f"{path}: data directory not found; run the data preparation stage first")
     utt2spk = read_kaldi_map(path / "utt2spk")
     wav_scp = read_kaldi_map(path / "wav.scp")
+    segments = reco2fc = None
+    if (path / "segments").exists():
+        segments = read_segments(path / "segments", recordings=wav_scp)
+    if (path / "reco2file_and_channel").exists():
+        reco2fc = read_reco2file_and_channel(path / "reco2file_and_channel")
     text = None
     if (path / "text").exists() or require_text:
         text = read_kaldi_map(path / "text", allow_empty_value=True)
@@ -210,9 +386,25 @@ def read_data_dir(path: str | Path, *, require_text: bool = True) -> DataDir:
         for name in _PER_UTT_FILES
         if name not in ("wav.scp", "text") and (path / name).exists()
     }
-    data = DataDir(wav_scp=wav_scp, utt2spk=utt2spk, text=text, extra=extra)
+    data = DataDir(
+        wav_scp=wav_scp,
+        utt2spk=utt2spk,
+        text=text,
+        extra=extra,
+        segments=segments,
+        reco2file_and_channel=reco2fc,
+    )
     _check_consistency(data, where=str(path))
     _check_spk2utt(path, data)
+    if segments is not None:
+        unused = sorted(set(wav_scp) - {segment.recording for segment in segments.values()})
+        if unused:  # Kaldi allows it (fix_data_dir.sh would drop them)
+            log.info(
+                "%s/wav.scp: %d recording(s) no segment uses, first '%s'; they are not read",
+                path,
+                len(unused),
+                unused[0],
+            )
     return data
 
 
@@ -222,7 +414,12 @@ def validate_data_dir(path: str | Path, *, require_text: bool = True) -> DataDir
     Checks: required files exist; lines well formed; ids unique and C-sorted;
     no empty transcripts; the same utterance ids in every per-utterance file;
     ``spk2utt`` is the inverse of ``utt2spk``; utterance ids sort consistently
-    with their speakers (Kaldi requires speaker-prefixed ids).
+    with their speakers (Kaldi requires speaker-prefixed ids). With ``segments``,
+    the utterances are its lines (times well formed, see :func:`read_segments`),
+    ``wav.scp`` lists recordings, and every recording a segment names is in
+    ``wav.scp`` (and in ``reco2file_and_channel`` when there is one); a recording
+    no segment uses is allowed, as in Kaldi. Whether a segment ends within its
+    recording is known only once the audio is read (feature extraction checks it).
 
     Returns:
         The DataDir that was read.
@@ -249,7 +446,11 @@ def _check_consistency(data: DataDir, *, where: str) -> None:
     if not _c_sorted(utts):
         raise DataError(f"{where}/utt2spk: not sorted; sort with LC_ALL=C sort")
     reference = set(utts)
-    maps = {"wav.scp": data.wav_scp, **data.extra}
+    if data.segments is None:
+        maps = {"wav.scp": data.wav_scp, **data.extra}
+    else:
+        maps = {"segments": {u: str(s) for u, s in data.segments.items()}, **data.extra}
+        _check_recordings(data, where=where)
     if data.text is not None:
         maps["text"] = data.text
     for name, mapping in maps.items():
@@ -283,6 +484,27 @@ def _check_consistency(data: DataDir, *, where: str) -> None:
         raise DataError(
             f"{where}/utt2spk: not sorted by speaker; prefix utterance ids with their speaker ids"
         )
+
+
+def _check_recordings(data: DataDir, *, where: str) -> None:
+    """Every recording a segment names is in ``wav.scp`` and ``reco2file_and_channel``."""
+    assert data.segments is not None
+    for name, recordings in (
+        ("wav.scp", data.wav_scp),
+        ("reco2file_and_channel", data.reco2file_and_channel),
+    ):
+        if recordings is None:
+            continue
+        missing = [
+            (utt, seg.recording) for utt, seg in data.segments.items() if seg.recording not in recordings
+        ]
+        if missing:
+            utt, reco = missing[0]
+            raise DataError(
+                f"{where}/segments: utterance '{utt}' is cut from recording '{reco}', which is not "
+                f"in {name} ({len(missing)} such utterance(s)); add the recording to {name} or fix "
+                "the recording ids"
+            )
 
 
 def _check_spk2utt(path: Path, data: DataDir) -> None:

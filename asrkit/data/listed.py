@@ -17,9 +17,12 @@ from asrkit.data.datadir import read_frame_shift, read_kaldi_map
 from asrkit.data.io import atomic_writer
 from asrkit.errors import DataError
 
-#: Per-utterance files that are listed again under the new ids (``wav.scp`` keeps the
-#: data dir valid for every reader; the audio is never read by training).
-_PER_UTT = ("feats.scp", "utt2num_frames", "text", "wav.scp")
+#: Files that are listed again under the new ids (``wav.scp``, and a segmented source's
+#: ``segments`` and ``reco2file_and_channel`` whose recordings are renamed like the
+#: speakers, keep the data dir valid for every reader; the audio is never read by training).
+_PER_UTT = ("feats.scp", "utt2num_frames", "text", "wav.scp", "segments", "reco2file_and_channel")
+#: Files whose value starts with an id that is renamed too (a speaker, a recording).
+_ID_VALUED = ("utt2spk", "segments")
 #: Files copied as they are (the listed corpus has the source's statistics and settings).
 _COPIED = ("cmvn_global.ark", "frame_shift", "feats.yaml")
 
@@ -28,12 +31,14 @@ def list_corpus(source: str | Path, target: str | Path, *, hours: float) -> dict
     """Write ``target``: ``source``'s utterances listed ``ceil(hours / source hours)`` times.
 
     Copy ``k`` renames speaker ``spk`` to ``x{k:04d}-spk`` and utterance ``utt`` to
-    ``x{k:04d}-utt``, so ids stay unique, speaker-prefixed and C-sorted. Per-speaker CMVN
-    (``cmvn.scp``) is listed for the new speakers too.
+    ``x{k:04d}-utt`` (and a segmented source's recording ``rec`` to ``x{k:04d}-rec``), so
+    ids stay unique, speaker-prefixed and C-sorted. Per-speaker CMVN (``cmvn.scp``) is
+    listed for the new speakers too.
 
     Args:
         source: a data dir with ``feats.scp``, ``utt2num_frames``, ``utt2spk`` (``text``,
-            ``wav.scp``, ``cmvn.scp`` and the global stats are carried along when present).
+            ``wav.scp``, ``segments``, ``reco2file_and_channel``, ``cmvn.scp`` and the global
+            stats are carried along when present).
         target: the new data dir (replaced).
         hours: at least this much speech (at the source's frame shift).
 
@@ -56,7 +61,7 @@ def list_corpus(source: str | Path, target: str | Path, *, hours: float) -> dict
             entries = utt2spk if name == "utt2spk" else read_kaldi_map(source / name)
             if name == "feats.scp":
                 entries = {key: _absolute(rx) for key, rx in entries.items()}
-            _write_copies(target / name, entries, copies, speaker=name == "utt2spk")
+            _write_copies(target / name, entries, copies, prefix_value=name in _ID_VALUED)
     spk2utt: dict[str, list[str]] = {}
     for utt, spk in utt2spk.items():
         spk2utt.setdefault(spk, []).append(utt)
@@ -66,7 +71,7 @@ def list_corpus(source: str | Path, target: str | Path, *, hours: float) -> dict
                 out.write(f"x{k:04d}-{spk} " + " ".join(f"x{k:04d}-{u}" for u in spk2utt[spk]) + "\n")
     if (source / "cmvn.scp").is_file():
         cmvn = {spk: _absolute(rx) for spk, rx in read_kaldi_map(source / "cmvn.scp").items()}
-        _write_copies(target / "cmvn.scp", cmvn, copies, speaker=False)
+        _write_copies(target / "cmvn.scp", cmvn, copies, prefix_value=False)
     for name in _COPIED:
         if (source / name).is_file():
             shutil.copyfile(source / name, target / name)
@@ -78,13 +83,14 @@ def list_corpus(source: str | Path, target: str | Path, *, hours: float) -> dict
     }
 
 
-def _write_copies(path: Path, entries: dict[str, str], copies: int, *, speaker: bool) -> None:
-    """``entries`` ``copies`` times with prefixed keys (and prefixed speaker values)."""
+def _write_copies(path: Path, entries: dict[str, str], copies: int, *, prefix_value: bool) -> None:
+    """``entries`` ``copies`` times with prefixed keys (and, with ``prefix_value``, values
+    that start with a prefixed id: a speaker, a segment's recording)."""
     with atomic_writer(path) as out:
         for k in range(copies):
             prefix = f"x{k:04d}-"
             for key, value in entries.items():
-                out.write(f"{prefix}{key} {prefix + value if speaker else value}\n")
+                out.write(f"{prefix}{key} {prefix + value if prefix_value else value}\n")
 
 
 def _absolute(rx: str) -> str:

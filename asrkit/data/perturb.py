@@ -5,9 +5,11 @@ Each factor ``f`` other than 1 adds a copy of every utterance, read through
 ``sox ... speed f`` (tempo and pitch change together; the sample rate stays), with the
 utterance and its speaker renamed ``sp<f>-<id>`` — a perturbed speaker is another
 speaker, so per-speaker CMVN treats it as one, and ids stay speaker-prefixed and sorted.
-Factor 1 keeps the originals under their own ids. Only the training set is perturbed
-(after the dev split), and :func:`original_only` lets the LM and tokenizer see each
-sentence once.
+Factor 1 keeps the originals under their own ids. In a segmented dir (``segments``) the
+recordings are perturbed instead — ``sp<f>-<recording>`` in ``wav.scp`` and
+``reco2file_and_channel`` — and each segment's times are divided by ``f``, as Kaldi's
+``utils/perturb_data_dir_speed.sh`` does. Only the training set is perturbed (after the
+dev split), and :func:`original_only` lets the LM and tokenizer see each sentence once.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ import shlex
 import shutil
 from pathlib import Path
 
-from asrkit.data.datadir import DataDir, read_data_dir, read_kaldi_map, validate_data_dir, write_data_dir
+from asrkit.data.datadir import (
+    DataDir,
+    Segment,
+    read_data_dir,
+    read_kaldi_map,
+    validate_data_dir,
+    write_data_dir,
+)
 from asrkit.data.datadir import write_kaldi_map as write_map
 from asrkit.errors import ConfigError, DataError
 
@@ -70,23 +79,19 @@ def speed_perturb(data_dir: str | Path, factors: list[float]) -> DataDir:
     """Replace the utterances of the data dir ``data_dir`` by their speed-perturbed copies.
     The new files are written and validated in a staging dir first, then moved in.
     ``wav.scp``, ``text``, ``utt2spk``, the other ``utt2*`` and the ``spk2*`` files follow
-    the renamed ids (``utt2uniq`` names each copy's original, as in Kaldi); features and
-    their stats are removed, to be recomputed; anything else in the dir is left alone.
+    the renamed ids (``utt2uniq`` names each copy's original, as in Kaldi); in a
+    segmented dir the recordings are renamed and read through sox, and the ``segments``
+    times divided by the factor (an end of -1 stays -1); features and their stats (and
+    ``reco2dur``) are removed, to be recomputed; anything else in the dir is left alone.
 
     Raises:
         ConfigError: bad factors.
-        DataError: the dir is invalid, already perturbed, or has ``segments`` (perturbing
-            recordings is not supported).
+        DataError: the dir is invalid or already perturbed.
     """
     problems = check_factors(factors)
     if problems:
         raise ConfigError("; ".join(problems))
     data_dir = Path(data_dir)
-    if (data_dir / "segments").exists():
-        raise DataError(
-            f"{data_dir}/segments: speed perturbation of segmented recordings is not supported; "
-            "write one wav.scp entry per utterance or drop data.speed_perturb"
-        )
     data = read_data_dir(data_dir)
     assert data.text is not None
     marks = tuple(prefix(f) for f in factors if f != 1.0)
@@ -108,17 +113,32 @@ def speed_perturb(data_dir: str | Path, factors: list[float]) -> DataDir:
         for p in sorted(data_dir.glob("spk2*"))
         if p.name != "spk2utt" and p.is_file()
     }
-    out = DataDir(wav_scp={}, utt2spk={}, text={})
+    out = DataDir(
+        wav_scp={},
+        utt2spk={},
+        text={},
+        segments=None if data.segments is None else {},
+        reco2file_and_channel=None if data.reco2file_and_channel is None else {},
+    )
     assert out.text is not None
     utts: dict[str, dict[str, str]] = {name: {} for name in [*per_utt, "utt2uniq"]}
     speakers: dict[str, dict[str, str]] = {name: {} for name in per_speaker}
     for factor in sorted(factors):
         mark = prefix(factor)
+        # wav.scp lists recordings in a segmented dir, utterances otherwise.
+        for reco, entry in data.wav_scp.items():
+            out.wav_scp[mark + reco] = entry if factor == 1.0 else _through_sox(entry, factor)
+        if data.reco2file_and_channel is not None:
+            assert out.reco2file_and_channel is not None
+            for reco, value in data.reco2file_and_channel.items():
+                out.reco2file_and_channel[mark + reco] = value
         for utt, spk in data.utt2spk.items():
             new = mark + utt
             out.utt2spk[new] = mark + spk
-            out.wav_scp[new] = data.wav_scp[utt] if factor == 1.0 else _through_sox(data.wav_scp[utt], factor)
             out.text[new] = data.text[utt]
+            if data.segments is not None:
+                assert out.segments is not None
+                out.segments[new] = _scaled(data.segments[utt], mark, factor)
             utts["utt2uniq"][new] = utt
             for name, mapping in per_utt.items():
                 if utt in mapping:
@@ -128,6 +148,10 @@ def speed_perturb(data_dir: str | Path, factors: list[float]) -> DataDir:
     out.wav_scp, out.utt2spk, out.text = (
         dict(sorted(m.items())) for m in (out.wav_scp, out.utt2spk, out.text)
     )
+    if out.segments is not None:
+        out.segments = dict(sorted(out.segments.items()))
+    if out.reco2file_and_channel is not None:
+        out.reco2file_and_channel = dict(sorted(out.reco2file_and_channel.items()))
     staging = data_dir.with_name(f".{data_dir.name}.perturbing")
     shutil.rmtree(staging, ignore_errors=True)
     write_data_dir(staging, out)
@@ -144,13 +168,21 @@ def speed_perturb(data_dir: str | Path, factors: list[float]) -> DataDir:
     return out
 
 
-#: Files computed from a data dir's utterances (features and their stats): the perturbed
-#: dir has other utterances, so they go, to be recomputed by the features stage.
+def _scaled(segment: Segment, mark: str, factor: float) -> Segment:
+    """``segment`` in its recording played at ``factor`` speed: times divided by ``factor``
+    (to the microsecond, as ``segments`` is written; -1, "to the end", stays -1)."""
+    end = -1.0 if segment.end == -1 else round(segment.end / factor, 6)
+    return Segment(mark + segment.recording, round(segment.start / factor, 6), end)
+
+
+#: Files computed from a data dir's audio (features and their stats, durations): the
+#: perturbed dir has other utterances, so they go, to be recomputed by the features stage.
 _DERIVED = (
     "feats.scp",
     "cmvn.scp",
     "utt2num_frames",
     "utt2dur",
+    "reco2dur",
     "feats.yaml",
     "cmvn_global.ark",
     "frame_shift",

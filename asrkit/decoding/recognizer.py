@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asrkit.data.audio import load_audio
+from asrkit.data.audio import iter_utterance_audio
 from asrkit.data.batch import CmvnNormalizer, Utterance, collate, make_buckets
-from asrkit.data.datadir import read_data_dir, write_kaldi_map
+from asrkit.data.datadir import write_kaldi_map
 from asrkit.data.io import load_record, save_record
 from asrkit.data.stream import load_utterances
 from asrkit.decoding.beam import BOUNDARY, BeamSearch
@@ -221,12 +221,11 @@ class Recognizer:
         data_dir = Path(data_dir)
         if (data_dir / "feats.scp").is_file():
             return load_utterances(data_dir, self.normalize, input_dim=self.model.input_dim)
-        data = read_data_dir(data_dir, require_text=False)
         log.info("%s has no feats.scp; computing features from wav.scp", data_dir)
         utts = []
-        for utt, entry in data.wav_scp.items():
-            samples, rate = load_audio(entry, utt=utt)
-            feats = self.audio_features(samples, rate, utt=utt, where=entry)
+        # Each recording read once (a segmented dir's recordings are cut into utterances).
+        for utt, samples, rate, source in iter_utterance_audio(data_dir):
+            feats = self.audio_features(samples, rate, utt=utt, where=source)
             utts.append(Utterance(utt, feats, np.zeros(0, dtype=np.int64)))
         return utts
 

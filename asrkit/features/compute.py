@@ -4,6 +4,8 @@ Like Kaldi's ``steps/make_fbank.sh``: the matrices go to ``ark`` files in a
 feature directory, the data dir gets ``feats.scp``, ``utt2num_frames``,
 ``frame_shift``, per-speaker CMVN stats (``cmvn.scp``) and the stats of all its
 utterances (``cmvn_global.ark``), plus ``feats.yaml`` recording the settings.
+Jobs split the recordings, so each recording of a segmented dir is read once, by one
+job, and cut into its utterances (keyed by utterance id in every output).
 Either every output is written or none: on any error the job's arks are removed
 and the data dir's previous feature files are left as they were.
 """
@@ -22,8 +24,8 @@ import numpy as np
 import torch
 import yaml
 
-from asrkit.data.audio import load_audio
-from asrkit.data.datadir import read_data_dir, write_kaldi_map
+from asrkit.data.audio import read_recordings
+from asrkit.data.datadir import Recording, read_data_dir, write_kaldi_map
 from asrkit.data.io import atomic_write, atomic_writer
 from asrkit.data.kaldi_ark import kaldi_io, write_ark
 from asrkit.errors import DataError
@@ -40,16 +42,24 @@ class _JobResult:
     spk_stats: dict[str, np.ndarray]
 
 
-def _run_job(job: int, items: list[tuple[str, str, str]], ark_path: str, cfg: FeatureConfig) -> _JobResult:
-    """Extract features for ``items`` ``(utt, spk, wav entry)`` into one ark."""
+def _run_job(
+    job: int,
+    recordings: list[Recording],
+    utt2spk: dict[str, str],
+    ark_path: str,
+    cfg: FeatureConfig,
+    segments: str,
+) -> _JobResult:
+    """Extract features for the utterances of ``recordings`` into one ark (``segments``:
+    the dir's segments file, for messages)."""
     torch.set_num_threads(1)
     num_frames: dict[str, int] = {}
     spk_stats: dict[str, np.ndarray] = {}
 
     def features() -> Iterator[tuple[str, np.ndarray]]:
-        for utt, spk, entry in items:
-            samples, rate = load_audio(entry, utt=utt)
-            feats = extract(samples, rate, cfg, utt=utt, where=entry)
+        for utt, samples, rate, source in read_recordings(recordings, segments_file=segments):
+            spk = utt2spk[utt]
+            feats = extract(samples, rate, cfg, utt=utt, where=source)
             num_frames[utt] = feats.shape[0]
             stats = cmvn_stats(feats)
             spk_stats[spk] = spk_stats[spk] + stats if spk in spk_stats else stats
@@ -65,7 +75,8 @@ def compute_features_for_dir(
     """Compute features for every utterance of ``data_dir``.
 
     Args:
-        data_dir: a Kaldi data dir with ``wav.scp`` and ``utt2spk``.
+        data_dir: a Kaldi data dir with ``wav.scp`` and ``utt2spk`` (and ``segments``,
+            when ``wav.scp`` lists recordings to cut utterances from).
         feats_dir: where the ``ark`` files go (created).
         cfg: feature settings; ``cfg.nj`` jobs run in parallel.
 
@@ -80,14 +91,24 @@ def compute_features_for_dir(
     data_dir, feats_dir = Path(data_dir), Path(feats_dir)
     data = read_data_dir(data_dir, require_text=False)
     feats_dir.mkdir(parents=True, exist_ok=True)
-    items = [(utt, data.utt2spk[utt], data.wav_scp[utt]) for utt in data.utt_ids]
-    nj = max(1, min(cfg.nj, len(items)))
+    # Jobs split the recordings (in a dir without segments, the utterances).
+    recordings = data.recordings()
+    nj = max(1, min(cfg.nj, len(recordings)))
     name = data_dir.name
-    chunks = [items[j::nj] for j in range(nj)]
     ark_paths = [str(feats_dir / f"raw_{cfg.kind}_{name}.{j + 1}.ark") for j in range(nj)]
-    jobs = [(j, chunks[j], ark_paths[j], cfg) for j in range(nj)]
+    segments = str(data_dir / "segments")
+    jobs = []
+    for j in range(nj):
+        share = recordings[j::nj]
+        utt2spk = {utt: data.utt2spk[utt] for rec in share for utt, _ in rec.utterances}
+        jobs.append((j, share, utt2spk, ark_paths[j], cfg, segments))
     log.info(
-        "computing %s features for %d utterances of %s with %d job(s)", cfg.kind, len(items), data_dir, nj
+        "computing %s features for %d utterances of %s%s with %d job(s)",
+        cfg.kind,
+        len(data.utt_ids),
+        data_dir,
+        f" ({len(recordings)} recordings)" if data.segmented else "",
+        nj,
     )
     try:
         if nj == 1:
@@ -121,9 +142,9 @@ def compute_features_for_dir(
     atomic_write(data_dir / "feats.yaml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=True))
     # feats.scp last: its presence says the feature files beside it are complete.
     write_kaldi_map(data_dir / "feats.scp", scp)
-    if len(num_frames) != len(items):
+    if len(num_frames) != len(data.utt_ids):
         raise DataError(
-            f"{data_dir}: features written for {len(num_frames)} of {len(items)} "
+            f"{data_dir}: features written for {len(num_frames)} of {len(data.utt_ids)} "
             "utterances; rerun the feature stage"
         )
     return num_frames

@@ -136,8 +136,10 @@ def import_data_dirs(dirs: dict[str, str], sets: list[str], data_root: Path) -> 
     """Copy the Kaldi data dirs ``dirs`` (set name -> path) into ``data_root/<name>``.
 
     Only the text files at the top of each dir are copied (``wav.scp``, ``text``,
-    ``utt2spk``, ``segments``...), features and their stats excepted; the originals are
-    read, never written. Each copy is validated as Kaldi's ``validate_data_dir.sh`` would.
+    ``utt2spk``, ``segments``, ``reco2file_and_channel``...), features and their stats
+    excepted; the originals are read, never written. A segmented dir (``segments``)
+    stays one: its recordings are cut into utterances when features are computed. Each
+    copy is validated as Kaldi's ``validate_data_dir.sh`` would.
 
     Raises:
         ConfigError: a set the recipe uses is not listed.
@@ -180,10 +182,11 @@ def import_data_dirs(dirs: dict[str, str], sets: list[str], data_root: Path) -> 
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
         log.info(
-            "%s: imported from %s (%s): %d utterances, %d speakers",
+            "%s: imported from %s (%s): %d utterances, %d speakers%s",
             target,
             source,
             " ".join(copied),
             len(data.utt_ids),
             len(data.spk2utt),
+            f", cut from {len(data.recordings())} recordings by segments" if data.segmented else "",
         )
