@@ -15,8 +15,10 @@ class AlignConfig:
         train / dev: the training / dev set's frame targets for ``objective=ce`` (and the
             training set's for the class priors of the log-likelihood stage): a Kaldi
             rspecifier (``ark:ali.ark``, ``"ark:gunzip -c ali.1.gz |"``, ``scp:ali.scp``) or
-            an alignment dir (``ali.scp``, ``ali.*.gz``, ``ali.ark``). Empty: this
-            experiment's ``ali_<set>/`` written by the forced-alignment stage.
+            an alignment dir (``ali.scp``, ``ali.*.gz``, ``ali.ark``); a Kaldi GMM dir
+            (``exp/tri3_ali``: transition-ids beside ``final.mdl``) is read as pdf-ids through
+            its model, with the model's pdfs as the classes. Empty: this experiment's
+            ``ali_<set>/`` written by the forced-alignment stage.
         subsampling_factor: feature frames per alignment frame (0 = the alignment dir's
             ``frame_subsampling_factor`` file, else 1).
         tolerance: alignment frames an utterance may be off by (padded / trimmed).

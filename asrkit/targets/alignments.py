@@ -12,6 +12,12 @@ in an archive (``ark:ali.ark``, ``ark:gunzip -c ali.1.gz |``), through an ``scp`
 ``utt file.ark:offset`` lines, or as the ``ali.N.gz`` files of an alignment directory,
 which may also hold ``frame_subsampling_factor`` and ``num_classes``.
 
+A Kaldi GMM exp dir (``exp/tri3_ali``: ``final.mdl`` beside ``ali.*.gz``, ``ali.ark`` or
+``ali.scp``) holds transition-ids, not labels: they are turned into pdf-ids (what
+``ali-to-pdf`` prints; ``labels="phone"``: the phones of ``ali-to-phones --per-frame``)
+through the dir's ``final.mdl``, read by :mod:`asrkit.gmm.model_io`, and the dir's number of
+classes is the model's number of pdfs (or its largest phone + 1).
+
 Features are only read for their frame counts, so binary matrix headers are parsed and
 the data skipped: ``FM``/``DM`` float matrices, ``CM``/``CM2``/``CM3`` compressed matrices
 and text matrices.
@@ -39,10 +45,13 @@ import numpy as np
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.data.kaldi_table import TableReader, is_rspecifier, parse_rspecifier, read_table
 from asrkit.errors import ConfigError, DataError
+from asrkit.gmm.model_io import KaldiModel, read_model, transition_id_to_pdf, transition_id_to_phone
 
 log = logging.getLogger(__name__)
 
 _SHOW = 5
+#: What the transition-ids of a GMM dir become.
+_LABELS = {"pdf": transition_id_to_pdf, "phone": transition_id_to_phone}
 
 
 @dataclass
@@ -58,12 +67,15 @@ class AlignmentCheckConfig:
             ``num_classes`` file if there is one, else the largest label + 1.
         max_missing: fraction of feature utterances allowed to have no alignment
             (they are left out of training).
+        labels: what a GMM dir's transition-ids are read as (``pdf`` or ``phone``, as in
+            :func:`read_alignments`); it sets the classes counted from its ``final.mdl``.
     """
 
     subsampling_factor: int = 0
     tolerance: int = 2
     num_classes: int = 0
     max_missing: float = 0.0
+    labels: str = "pdf"
 
     def check(self) -> None:
         """Raise :class:`ConfigError` for a value the check cannot use."""
@@ -79,6 +91,7 @@ class AlignmentCheckConfig:
                 f"alignment check: max_missing={self.max_missing!r} must be in [0, 1) "
                 "— the fraction of feature utterances that may lack an alignment"
             )
+        _check_labels(self.labels)
 
 
 @dataclass
@@ -186,29 +199,41 @@ class AlignmentReport:
                 f"{len(self.bad_label)} alignment(s) with labels outside "
                 f"[0, {self.num_classes}), first: {shown}"
             )
-            fixes.append("set num_classes to the model's output size (transition-ids need ali-to-pdf first)")
+            fixes.append(
+                "set num_classes to the model's output size (transition-ids need ali-to-pdf first, "
+                "or pass the GMM dir that holds them with its final.mdl)"
+            )
         raise DataError(
             f"{where}: alignments do not fit the features: {'; '.join(problems)}; fix: {'; '.join(fixes)}"
         )
 
 
-def read_alignments(source: str) -> dict[str, np.ndarray]:
+def read_alignments(source: str, *, labels: str = "pdf") -> dict[str, np.ndarray]:
     """int32 label vectors per utterance from a Kaldi rspecifier or an alignment dir.
 
     Args:
         source: ``ark[,opts]:PATH``, ``ark:CMD |``, ``scp[,opts]:PATH`` (entries
             ``utt file.ark:offset``), a bare archive path (gzip is detected), a bare
             ``*.scp`` path, or an alignment dir (its ``ali.scp``, else every ``ali.N.gz``
-            in numeric order, else ``ali.ark``).
+            in numeric order, else ``ali.ark``). A dir that also holds ``final.mdl`` is a
+            Kaldi GMM dir: its alignments are transition-ids, converted through the model.
+        labels: what transition-ids become: ``pdf`` (pdf-ids, as ``ali-to-pdf``) or
+            ``phone`` (as ``ali-to-phones --per-frame``). Other sources are read as they are.
 
     Returns:
         utterance id -> ``(frames,)`` int32 labels, in archive order.
 
     Raises:
+        ConfigError: an unknown ``labels``.
         DataError: missing file, failing command, corrupt or truncated archive (naming
-            the last good utterance), an utterance aligned twice, or no alignments.
+            the last good utterance), an utterance aligned twice, no alignments, an unreadable
+            ``final.mdl`` or a transition-id it does not have.
     """
+    _check_labels(labels)
     parts = _alignment_parts(source)
+    model = _gmm_dir_model(source)
+    table = None if model is None else _LABELS[labels](model)
+    model_file = model.path if model is not None else ""
     alignments: dict[str, np.ndarray] = {}
     origin: dict[str, str] = {}
     for kind, target, where in parts:
@@ -220,11 +245,21 @@ def read_alignments(source: str) -> dict[str, np.ndarray]:
                     "each utterance must be aligned once — remove the duplicate or the stale archive"
                 )
             origin[utt] = entry_where
+            if table is not None:
+                vector = _from_transition_ids(vector, table, utt=utt, where=entry_where, model=model_file)
             alignments[utt] = vector
     if not alignments:
         raise DataError(
             f"{source}: no alignments in it (empty archive); check that the alignment "
             "job succeeded and that this is the right path"
+        )
+    if model is not None:
+        log.info(
+            "%s: %d alignments of transition-ids converted to %s-ids through %s",
+            source,
+            len(alignments),
+            labels,
+            model_file,
         )
     return alignments
 
@@ -275,18 +310,24 @@ def read_frame_counts(source: str) -> dict[str, int]:
     return counts
 
 
-def alignment_dir_settings(source: str) -> tuple[int | None, int | None]:
+def alignment_dir_settings(source: str, *, labels: str = "pdf") -> tuple[int | None, int | None]:
     """``(frame_subsampling_factor, num_classes)`` from an alignment dir's files of those names.
 
-    Each is None when its file is absent or ``source`` is not a directory.
+    A GMM dir without a ``num_classes`` file takes it from its ``final.mdl``: the number of
+    pdfs (``labels="pdf"``) or the largest phone + 1 (``labels="phone"``). Each is None when
+    it has no source or ``source`` is not a directory.
 
     Raises:
-        DataError: a file that does not hold one positive integer.
+        DataError: a file that does not hold one positive integer, or an unreadable ``final.mdl``.
     """
     path = Path(source)
     if not path.is_dir():
         return None, None
-    return _read_int_file(path / "frame_subsampling_factor"), _read_int_file(path / "num_classes")
+    num_classes = _read_int_file(path / "num_classes")
+    model = _gmm_dir_model(source) if num_classes is None else None
+    if model is not None:
+        num_classes = model.num_pdfs if labels == "pdf" else max(model.phones) + 1
+    return _read_int_file(path / "frame_subsampling_factor"), num_classes
 
 
 def check_alignments(
@@ -315,7 +356,7 @@ def check_alignments(
         DataError: an unreadable ``frame_subsampling_factor`` / ``num_classes`` file.
     """
     cfg.check()
-    dir_factor, dir_classes = alignment_dir_settings(source) if source else (None, None)
+    dir_factor, dir_classes = alignment_dir_settings(source, labels=cfg.labels) if source else (None, None)
     factor = (
         _resolve(
             "subsampling_factor",
@@ -462,6 +503,36 @@ def _alignment_parts(source: str) -> list[tuple[str, str, str]]:
         f"{path}: no ali.scp, ali.N.gz or ali.ark in this alignment dir; run the "
         "alignment (e.g. steps/align_si.sh) or pass the archive itself"
     )
+
+
+def _check_labels(labels: str) -> None:
+    if labels not in _LABELS:
+        raise ConfigError(
+            f"alignment labels={labels!r}: a GMM dir's transition-ids become {' or '.join(_LABELS)} "
+            "labels; use one of these"
+        )
+
+
+def _gmm_dir_model(source: str) -> KaldiModel | None:
+    """The transition model of a Kaldi GMM dir (a dir holding ``final.mdl``); None for other sources."""
+    path = Path(source)
+    if is_rspecifier(source) or not (path / "final.mdl").is_file():
+        return None
+    return read_model(path / "final.mdl", with_gmm=False)
+
+
+def _from_transition_ids(
+    vector: np.ndarray, table: np.ndarray, *, utt: str, where: str, model: str
+) -> np.ndarray:
+    """Labels of transition-ids through ``table`` (indexed by transition-id; id 0 does not exist)."""
+    outside = np.flatnonzero((vector < 1) | (vector >= len(table)))
+    if outside.size:
+        raise DataError(
+            f"{where}: utterance '{utt}': transition-id {vector[outside[0]]} is not in 1..{len(table) - 1} "
+            f"of {model}; these alignments were made with another model — put the aligning "
+            "model's final.mdl in the dir (or re-align with this one)"
+        )
+    return table[vector]
 
 
 def _int_vector(reader: TableReader, utt: str | None, first: bytes) -> np.ndarray:
