@@ -1,0 +1,533 @@
+"""GMM-HMM training and alignment, in the shape of Kaldi's ``steps/train_mono.sh``,
+``steps/align_si.sh`` and ``steps/train_deltas.sh``.
+
+Kaldi's own C++ (k2-fsa's ``kaldi_hmm_gmm``) does the numerical work: the transition
+model, diagonal GMMs and their maximum-likelihood update with mixing-up, training-graph
+compilation and Viterbi alignment. This module runs the recipe around it:
+
+- monophones: one Gaussian per HMM state from the global mean and variance, an equally
+  spaced alignment, then ``mono_iters`` rounds of accumulate + update, realigning at the
+  iterations Kaldi realigns at and adding Gaussians up to ``mono_gauss``;
+- triphones: tree statistics from the previous alignment, questions from clustering the
+  phones, a decision tree of at most ``tri_leaves`` tied states (:mod:`asrkit.gmm.tree`),
+  one Gaussian per leaf from its statistics, then ``tri_iters`` rounds as above;
+- alignment of any data set with a trained system (``beam``, then ``retry_beam`` for the
+  utterances that fail), failures counted and reported, never dropped silently beyond
+  ``max_fail``.
+
+Each system is saved as a Kaldi exp dir: ``final.mdl``, ``tree``, ``ali.1.gz`` (transition
+ids), ``num_jobs``, ``phones.txt``, ``log``-able ``train.json``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import multiprocessing
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import kaldi_hmm_gmm as khg
+import kaldifst
+import numpy as np
+
+from asrkit.data.io import atomic_write
+from asrkit.data.kaldi_ark import write_ark
+from asrkit.errors import DataError, raise_all
+from asrkit.gmm.feats import GmmFeatures
+from asrkit.gmm.lang import Lang
+from asrkit.gmm.model_io import read_model, transition_id_to_pdf, write_model
+from asrkit.gmm.tree import (
+    Tree,
+    accumulate_tree_stats,
+    build_tree,
+    make_questions,
+    read_phone_sets,
+    read_roots,
+    read_tree,
+)
+
+log = logging.getLogger(__name__)
+
+#: Kaldi's train_mono.sh realignment schedule.
+MONO_REALIGN = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 23, 26, 29, 32, 35, 38]
+
+
+@dataclass
+class GmmConfig:
+    """The ``gmm`` settings: the GMM-HMM systems of a hybrid experiment.
+
+    Attributes:
+        mono_iters / mono_gauss / mono_realign: monophone training rounds, the total
+            Gaussians it grows to, and the rounds that realign (Kaldi's schedule).
+        tri_leaves / tri_gauss / tri_iters / tri_realign: per triphone pass (Kaldi's tri1,
+            tri2, ...: one entry each), the tied states (tree leaves), total Gaussians,
+            rounds and realigning rounds. The last pass aligns the training data for the
+            neural network.
+        boost_silence: silence likelihood boost while aligning (Kaldi's 1.25 in
+            ``train_mono.sh``/``align_si.sh``; 1.0 = off).
+        beam / retry_beam: alignment beams; an utterance that fails ``beam`` is tried
+            again with ``retry_beam``.
+        max_fail: the fraction of utterances that may fail to align before a stage stops.
+        acoustic_scale / self_loop_scale / transition_scale: Kaldi's ``scale_opts``.
+        power: the exponent of a state's occupancy in the share of Gaussians it gets.
+        nj: parallel alignment jobs.
+    """
+
+    mono_iters: int = 40
+    mono_gauss: int = 1000
+    mono_realign: list[int] = field(default_factory=lambda: list(MONO_REALIGN))
+    tri_leaves: list[int] = field(default_factory=lambda: [300])
+    tri_gauss: list[int] = field(default_factory=lambda: [3000])
+    tri_iters: int = 35
+    tri_realign: list[int] = field(default_factory=lambda: [10, 20, 30])
+    boost_silence: float = 1.25
+    beam: float = 10.0
+    retry_beam: float = 40.0
+    max_fail: float = 0.05
+    acoustic_scale: float = 0.1
+    self_loop_scale: float = 0.1
+    transition_scale: float = 1.0
+    power: float = 0.25
+    nj: int = 2
+
+    def check(self) -> None:
+        problems = []
+        if self.mono_iters < 1 or self.tri_iters < 1:
+            problems.append("gmm.mono_iters and gmm.tri_iters must be >= 1")
+        if len(self.tri_leaves) != len(self.tri_gauss):
+            problems.append(
+                f"gmm.tri_leaves ({self.tri_leaves}) and gmm.tri_gauss ({self.tri_gauss}) need one "
+                "entry per triphone pass each"
+            )
+        if any(n < 2 for n in self.tri_leaves):
+            problems.append(f"gmm.tri_leaves={self.tri_leaves}: each pass needs at least 2 leaves")
+        if not 0 <= self.max_fail < 1:
+            problems.append(f"gmm.max_fail={self.max_fail}: a fraction in [0, 1)")
+        if self.beam <= 0 or self.retry_beam < 0:
+            problems.append("gmm.beam must be > 0 and gmm.retry_beam >= 0")
+        if self.nj < 1:
+            problems.append(f"gmm.nj={self.nj}: at least 1")
+        raise_all(problems)
+
+
+@dataclass
+class GmmSystem:
+    """A trained GMM-HMM: lang, tree (context dependency), transition model and GMMs."""
+
+    lang: Lang
+    ctx_dep: khg.ContextDependency
+    trans_model: khg.TransitionModel
+    am: khg.AmDiagGmm
+
+    @property
+    def tid2pdf(self) -> np.ndarray:
+        return transition_id_to_pdf(self.trans_model)
+
+    def save(self, out_dir: Path) -> None:
+        """``final.mdl`` and ``tree`` in Kaldi's binary formats, plus ``phones.txt``."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_model(out_dir / "final.mdl", self.trans_model, am_gmm=self.am)
+        tmp = out_dir / "tree.tmp"
+        self.ctx_dep.write(True, str(tmp))
+        tmp.replace(out_dir / "tree")
+        shutil.copyfile(self.lang.path / "phones.txt", out_dir / "phones.txt")
+
+    @classmethod
+    def load(cls, exp_dir: Path, lang: Lang) -> GmmSystem:
+        model = read_model(exp_dir / "final.mdl")
+        if model.am_gmm is None:
+            raise DataError(f"{exp_dir / 'final.mdl'}: holds no GMM ({model.followed_by}); not a GMM exp dir")
+        return cls(lang, read_tree(exp_dir / "tree"), model.transition_model(), model.am_gmm)
+
+    def log_likelihoods(self, feats: np.ndarray) -> np.ndarray:
+        """``(T, num_pdfs)`` GMM log-likelihoods of ``feats`` ``(T, D)``."""
+        out = np.empty((feats.shape[0], self.am.num_pdfs), dtype=np.float32)
+        for pdf in range(self.am.num_pdfs):
+            comp = self.am.get_pdf(pdf).log_likelihoods_matrix(feats)
+            top = comp.max(axis=1)
+            out[:, pdf] = top + np.log(np.exp(comp - top[:, None]).sum(axis=1))
+        return out
+
+
+def _phone2num_pdf_classes(topo: khg.HmmTopology, phones: Sequence[int]) -> list[int]:
+    table = [0] * (max(phones) + 1)
+    for p in phones:
+        table[p] = topo.num_pdf_classes(p)
+    return table
+
+
+def _gaussian(mean: np.ndarray, var: np.ndarray) -> khg.DiagGmm:
+    gmm = khg.DiagGmm(nmix=1, dim=mean.shape[0])
+    gmm.set_invvars_and_means((1.0 / var).astype(np.float32)[None, :], mean.astype(np.float32)[None, :])
+    gmm.set_weights(np.ones(1, dtype=np.float32))
+    gmm.compute_gconsts()
+    return gmm
+
+
+# ---------------------------------------------------------------- alignment
+
+
+class GraphCompiler:
+    """Training graphs (one linear word sequence through L, expanded to HMM states) for
+    a set of transcripts; compiled without transition probabilities, which are added from
+    the current model at each alignment (as ``gmm-align-compiled`` does)."""
+
+    def __init__(self, system: GmmSystem) -> None:
+        self.lang = system.lang
+        lexicon = system.lang.lexicon_fst()
+        kaldifst.arcsort(lexicon, sort_type="olabel")
+        opts = khg.TrainingGraphCompilerOptions(transition_scale=0.0, self_loop_scale=0.0, reorder=True)
+        self._compiler = khg.TrainingGraphCompiler(
+            system.trans_model, system.ctx_dep, lexicon, system.lang.disambig, opts
+        )
+
+    def compile(self, texts: Mapping[str, str], *, where: str) -> dict[str, kaldifst.StdVectorFst]:
+        graphs = {}
+        for utt, text in texts.items():
+            words = self.lang.word_ids(text, utt=utt, where=where)
+            graph = self._compiler.compile_graph_from_text(words)
+            if graph.num_states == 0:
+                raise DataError(f"{where}: utterance {utt}: its training graph is empty; check its words")
+            graphs[utt] = graph
+        return graphs
+
+
+@dataclass
+class AlignResult:
+    alignments: dict[str, list[int]]
+    failed: list[str]
+    retried: int
+    log_like: float
+    frames: int
+
+    @property
+    def like_per_frame(self) -> float:
+        return self.log_like / max(1, self.frames)
+
+
+# Fork-shared state of one alignment pass (set before the pool forks; read by workers).
+_PASS: dict[str, object] = {}
+
+
+def _align_chunk(utts: list[str]) -> tuple[dict[str, list[int]], list[str], int, float, int]:
+    system: GmmSystem = _PASS["system"]  # type: ignore[assignment]
+    feats: GmmFeatures = _PASS["feats"]  # type: ignore[assignment]
+    graphs: dict[str, kaldifst.StdVectorFst] = _PASS["graphs"]  # type: ignore[assignment]
+    cfg: GmmConfig = _PASS["cfg"]  # type: ignore[assignment]
+    am: khg.AmDiagGmm = _PASS["am"]  # type: ignore[assignment]
+    config = khg.AlignConfig(beam=cfg.beam, retry_beam=cfg.retry_beam, careful=False)
+    out: dict[str, list[int]] = {}
+    failed: list[str] = []
+    retried, like, frames = 0, 0.0, 0
+    for utt in utts:
+        graph = kaldifst.StdVectorFst(graphs[utt])
+        khg.add_transition_probs(
+            trans_model=system.trans_model,
+            disambig_syms=[],
+            transition_scale=cfg.transition_scale,
+            self_loop_scale=cfg.self_loop_scale,
+            fst=graph,
+        )
+        x = feats(utt)
+        decodable = khg.DecodableAmDiagGmmScaled(am, system.trans_model, x, cfg.acoustic_scale)
+        done, err, retry, tot, nframes, ali, _ = khg.align_utterance_wrapper(
+            config, utt, cfg.acoustic_scale, graph, decodable, 0, 0, 0, 0.0, 0
+        )
+        retried += retry
+        if done and len(ali) == x.shape[0]:
+            out[utt] = list(ali)
+            like += tot
+            frames += nframes
+        else:
+            failed.append(utt)
+    return out, failed, retried, like, frames
+
+
+def boosted(system: GmmSystem, factor: float) -> khg.AmDiagGmm:
+    """The GMMs with the silence states' likelihoods scaled by ``factor`` (Kaldi's
+    ``gmm-boost-silence``), for alignment."""
+    if factor == 1.0:
+        return system.am
+    am = khg.AmDiagGmm()
+    am.copy_from_am_diag_gmm(system.am)
+    ok, pdfs = khg.get_pdfs_for_phones(system.trans_model, system.lang.silence)
+    for pdf in pdfs:
+        gmm = am.get_pdf(pdf)
+        gmm.set_weights((gmm.weights * factor).astype(np.float32))
+        gmm.compute_gconsts()
+    return am
+
+
+def align(
+    system: GmmSystem,
+    feats: GmmFeatures,
+    graphs: Mapping[str, kaldifst.StdVectorFst],
+    cfg: GmmConfig,
+    *,
+    where: str,
+) -> AlignResult:
+    """Viterbi-align every utterance of ``graphs`` (``gmm-align-compiled``) in ``cfg.nj`` jobs.
+
+    Raises:
+        DataError: more than ``cfg.max_fail`` of the utterances failed to align (first ids
+            named); fewer are reported and left out of the result.
+    """
+    utts = list(graphs)
+    _PASS.update(system=system, feats=feats, graphs=graphs, cfg=cfg, am=boosted(system, cfg.boost_silence))
+    nj = max(1, min(cfg.nj, len(utts)))
+    chunks = [utts[j::nj] for j in range(nj)]
+    try:
+        if nj == 1:
+            parts = [_align_chunk(chunks[0])]
+        else:
+            with multiprocessing.get_context("fork").Pool(nj) as pool:
+                parts = pool.map(_align_chunk, chunks)
+    finally:
+        _PASS.clear()
+    result = AlignResult({}, [], 0, 0.0, 0)
+    for ali, failed, retried, like, frames in parts:
+        result.alignments.update(ali)
+        result.failed += failed
+        result.retried += retried
+        result.log_like += like
+        result.frames += frames
+    result.alignments = {u: result.alignments[u] for u in utts if u in result.alignments}
+    if result.failed:
+        share = len(result.failed) / len(utts)
+        message = (
+            f"{where}: {len(result.failed)} of {len(utts)} utterances failed to align "
+            f"(first: {', '.join(sorted(result.failed)[:5])})"
+        )
+        if share > cfg.max_fail:
+            raise DataError(
+                f"{message}, more than gmm.max_fail={cfg.max_fail:g}; check their transcripts and audio, "
+                "or raise gmm.retry_beam"
+            )
+        log.warning("%s; they are left out", message)
+    return result
+
+
+# ---------------------------------------------------------------- estimation
+
+
+def _accumulate(
+    system: GmmSystem, feats: GmmFeatures, alignments: Mapping[str, Sequence[int]]
+) -> tuple[khg.AccumAmDiagGmm, np.ndarray, float, int]:
+    """``gmm-acc-stats-ali``: GMM and transition statistics of the aligned frames."""
+    acc = khg.AccumAmDiagGmm()
+    acc.init(system.am, khg.str_to_gmm_flags("mvwt"))
+    tid2pdf = system.tid2pdf
+    trans_stats = np.zeros(system.trans_model.num_transition_ids + 1, dtype=np.float64)
+    like, frames = 0.0, 0
+    for utt, ali in alignments.items():
+        x = feats(utt)
+        tids = np.asarray(ali, dtype=np.int64)
+        trans_stats += np.bincount(tids, minlength=trans_stats.shape[0])
+        for row, pdf in zip(x, tid2pdf[tids].tolist(), strict=True):
+            like += acc.accumulate_for_gmm(system.am, row, pdf, 1.0)
+        frames += len(tids)
+    return acc, trans_stats, like, frames
+
+
+def _update(
+    system: GmmSystem,
+    acc: khg.AccumAmDiagGmm,
+    trans_stats: np.ndarray | None,
+    *,
+    mix_up: int,
+    power: float,
+    min_gaussian_occupancy: float = 10.0,
+) -> None:
+    """``gmm-est``: ML update of the GMMs (and transitions), then mixing up to ``mix_up``."""
+    opts = khg.MleDiagGmmOptions(min_gaussian_occupancy=min_gaussian_occupancy)
+    khg.mle_am_diag_gmm_update(opts, acc, khg.str_to_gmm_flags("mvw"), system.am)
+    if trans_stats is not None:
+        system.trans_model.mle_update(trans_stats[:, None], khg.MleTransitionUpdateConfig())
+    if mix_up > system.am.num_gauss:
+        occs = np.array([acc.get_acc(p).occupancy.sum() for p in range(system.am.num_pdfs)], dtype=np.float32)
+        system.am.split_by_count(occs[:, None], mix_up, 0.01, power, 20.0)
+
+
+def _gauss_schedule(start: int, target: int, iters: int) -> list[int]:
+    """Gaussians after each round: linear growth to ``target`` over the first 3/4 of the
+    rounds (Kaldi's ``max_iter_inc``), as integers."""
+    grow = max(1, (iters * 3) // 4)
+    step = max(0.0, (target - start) / grow)
+    return [int(round(min(target, start + step * (i + 1)))) for i in range(iters)]
+
+
+def train_mono(
+    lang: Lang,
+    feats: GmmFeatures,
+    texts: Mapping[str, str],
+    cfg: GmmConfig,
+    *,
+    where: str = "text",
+) -> tuple[GmmSystem, AlignResult]:
+    """Kaldi's ``train_mono.sh``: a monophone system and its final alignment of ``texts``."""
+    topo = lang.topology()
+    phones = lang.real_phones
+    ctx_dep = khg.monophone_context_dependency(phones, _phone2num_pdf_classes(topo, phones))
+    trans_model = khg.TransitionModel(ctx_dep, topo)
+    # gmm-init-mono: every state starts as the global Gaussian of (a share of) the data.
+    sample = [feats(u) for u in list(texts)[: max(10, len(texts) // 10)]]
+    stacked = np.concatenate(sample)
+    am = khg.AmDiagGmm()
+    am.init(_gaussian(stacked.mean(0), np.maximum(stacked.var(0), 1e-3)), trans_model.num_pdfs)
+    system = GmmSystem(lang, ctx_dep, trans_model, am)
+    graphs = GraphCompiler(system).compile(texts, where=where)
+
+    began = time.monotonic()
+    alignments = {}
+    for seed, (utt, graph) in enumerate(graphs.items()):
+        frames = feats(utt).shape[0]
+        ok, path = kaldifst.equal_align(graph, frames, seed)
+        if not ok:
+            log.warning(
+                "%s: utterance %s: too short (%d frames) for its transcript; left out", where, utt, frames
+            )
+            continue
+        ok, tids, _, _ = kaldifst.get_linear_symbol_sequence(path)
+        alignments[utt] = list(tids)
+    if len(alignments) < (1 - cfg.max_fail) * len(graphs):
+        raise DataError(
+            f"{where}: {len(graphs) - len(alignments)} of {len(graphs)} utterances are too short for "
+            "their transcripts; check the data dir"
+        )
+    schedule = _gauss_schedule(am.num_gauss, cfg.mono_gauss, cfg.mono_iters)
+    result = AlignResult(alignments, [], 0, 0.0, 0)
+    for it in range(cfg.mono_iters):
+        if it in cfg.mono_realign:
+            result = align(system, feats, graphs, cfg, where=where)
+            alignments = result.alignments
+        acc, trans_stats, like, frames = _accumulate(system, feats, alignments)
+        _update(
+            system,
+            acc,
+            trans_stats,
+            mix_up=schedule[it],
+            power=cfg.power,
+            min_gaussian_occupancy=3.0 if it == 0 else 10.0,
+        )
+        log.info(
+            "mono iteration %d: log-likelihood per frame %.3f over %d frames, %d Gaussians (%.0f s)",
+            it + 1,
+            like / max(1, frames),
+            frames,
+            system.am.num_gauss,
+            time.monotonic() - began,
+        )
+    result = align(system, feats, graphs, cfg, where=where)
+    return system, result
+
+
+def train_triphone(
+    lang: Lang,
+    feats: GmmFeatures,
+    texts: Mapping[str, str],
+    previous: GmmSystem,
+    alignments: Mapping[str, Sequence[int]],
+    cfg: GmmConfig,
+    *,
+    num_leaves: int,
+    num_gauss: int,
+    where: str = "text",
+) -> tuple[GmmSystem, AlignResult, Tree]:
+    """Kaldi's ``train_deltas.sh``: a tree from ``previous``'s alignment, a triphone system
+    with at most ``num_leaves`` tied states and ``num_gauss`` Gaussians, and its final
+    alignment of ``texts``."""
+    began = time.monotonic()
+    stats = accumulate_tree_stats(previous.trans_model, ((alignments[u], feats(u)) for u in alignments))
+    roots = read_roots(lang.path / "phones" / "roots.txt")
+    questions = make_questions(
+        stats,
+        extra_questions=read_phone_sets(lang.path / "phones" / "extra_questions.txt"),
+        num_pdf_classes=max(lang.topology().num_pdf_classes(p) for p in lang.real_phones),
+    )
+    tree = build_tree(stats, roots=roots, questions=questions, num_leaves=num_leaves)
+    ctx_dep = tree.context_dependency()
+    trans_model = khg.TransitionModel(ctx_dep, lang.topology())
+    counts, means, variances = tree.leaf_stats(stats)
+    am = khg.AmDiagGmm()
+    for leaf in range(tree.num_leaves):
+        am.add_pdf(_gaussian(means[leaf], np.maximum(variances[leaf], 1e-3)))
+    system = GmmSystem(lang, ctx_dep, trans_model, am)
+    log.info(
+        "tree: %d leaves (asked for at most %d) from %d events; built in %.1f s",
+        tree.num_leaves,
+        num_leaves,
+        len(stats.counts),
+        time.monotonic() - began,
+    )
+    graphs = GraphCompiler(system).compile({u: texts[u] for u in texts}, where=where)
+    schedule = _gauss_schedule(am.num_gauss, num_gauss, cfg.tri_iters)
+    result = AlignResult({}, [], 0, 0.0, 0)
+    for it in range(cfg.tri_iters):
+        # The first round aligns with the tree's single Gaussians (Kaldi converts the old
+        # alignment instead; aligning afresh is as good and needs no convert-ali).
+        if it == 0 or it in cfg.tri_realign:
+            result = align(system, feats, graphs, cfg, where=where)
+        acc, trans_stats, like, frames = _accumulate(system, feats, result.alignments)
+        _update(system, acc, trans_stats, mix_up=schedule[it], power=0.2)
+        log.info(
+            "triphone iteration %d: log-likelihood per frame %.3f over %d frames, %d Gaussians (%.0f s)",
+            it + 1,
+            like / max(1, frames),
+            frames,
+            system.am.num_gauss,
+            time.monotonic() - began,
+        )
+    result = align(system, feats, graphs, cfg, where=where)
+    return system, result, tree
+
+
+def write_alignment_dir(
+    out_dir: Path, system: GmmSystem, result: AlignResult, *, extra: dict | None = None
+) -> None:
+    """A Kaldi GMM exp/ali dir: ``final.mdl``, ``tree``, ``ali.1.gz`` (transition ids),
+    ``num_jobs``, ``phones.txt`` and ``align.json`` (counts), replaced as a whole."""
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    system.save(tmp)
+    ark = tmp / "ali.1.ark"
+    write_ark(
+        ark,
+        ((u, np.asarray(result.alignments[u], dtype=np.int32)) for u in sorted(result.alignments)),
+        kind="int",
+    )
+    with gzip.open(tmp / "ali.1.gz", "wb") as handle:
+        handle.write(ark.read_bytes())
+    ark.unlink()
+    atomic_write(tmp / "num_jobs", "1\n")
+    record = {
+        "aligned": len(result.alignments),
+        "failed": sorted(result.failed),
+        "retried": result.retried,
+        "log_like_per_frame": round(result.like_per_frame, 4),
+        "num_pdfs": system.am.num_pdfs,
+        "num_gauss": system.am.num_gauss,
+        **(extra or {}),
+    }
+    atomic_write(tmp / "align.json", json.dumps(record, indent=2) + "\n")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+
+
+__all__ = [
+    "AlignResult",
+    "GmmConfig",
+    "GmmSystem",
+    "GraphCompiler",
+    "align",
+    "train_mono",
+    "train_triphone",
+    "write_alignment_dir",
+]
