@@ -29,6 +29,7 @@ from asrkit.decoding.config import DecodeConfig, EnsembleConfig
 from asrkit.distributed.config import STRATEGIES, StrategyConfig
 from asrkit.errors import ConfigError, raise_all
 from asrkit.features.extractors import FeatureConfig
+from asrkit.gmm.config import GmmConfig, WfstConfig
 from asrkit.lm.config import LMConfig
 from asrkit.models.lstm import ModelConfig, model_args
 from asrkit.targets.align_config import AlignConfig
@@ -103,6 +104,9 @@ class AsrkitConfig:
         feats_root: where feature arks are written.
         exp_dir: experiment directory (config, command, logs, models, decodes).
         objective: ``ctc`` (token targets) or ``ce`` (frame targets from ``align``).
+        pipeline: the recipe's stages: ``ctc`` (CTC acoustic models) or ``hybrid`` (GMM-HMM
+            systems, then a BLSTM trained with frame CE on their tied states and decoded
+            through HCLG; :mod:`asrkit.stages.hybrid`).
         resume: training continues from its last complete checkpoint when one made with
             the same settings exists (``auto``), must (``true``) or starts over (``false``).
     """
@@ -113,6 +117,7 @@ class AsrkitConfig:
     feats_root: str = "${features.kind}"
     exp_dir: str = "exp/${name}"
     objective: str = "ctc"
+    pipeline: str = "ctc"
     resume: str = "auto"
     data: DataConfig = field(default_factory=DataConfig)
     features: FeatureConfig = field(default_factory=FeatureConfig)
@@ -127,6 +132,8 @@ class AsrkitConfig:
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     align: AlignConfig = field(default_factory=AlignConfig)
     lm: LMConfig = field(default_factory=LMConfig)
+    gmm: GmmConfig = field(default_factory=GmmConfig)
+    wfst: WfstConfig = field(default_factory=WfstConfig)
 
 
 _registered = False
@@ -221,6 +228,12 @@ def _check_across(typed: AsrkitConfig) -> None:
             f"dev set ({typed.data.dev_set})"
         )
     check_resume_mode(typed.resume)
+    if typed.pipeline not in ("ctc", "hybrid"):
+        raise ConfigError(f"pipeline={typed.pipeline!r} is unknown; choose ctc or hybrid")
+    if typed.pipeline == "hybrid" and typed.objective != "ce":
+        raise ConfigError(
+            "pipeline=hybrid trains on the GMM's tied states with frame cross-entropy; set objective=ce"
+        )
     if typed.objective not in OBJECTIVES:
         raise ConfigError(f"objective={typed.objective!r} is unknown; choose one of {sorted(OBJECTIVES)}")
 
@@ -277,6 +290,8 @@ NOT_OUTPUT_SETTINGS = frozenset(
         "strategy.timeout_s",
         "strategy.max_restarts",
         "decode.nj",
+        "gmm.nj",
+        "wfst.nj",
     }
 )
 

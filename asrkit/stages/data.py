@@ -44,6 +44,7 @@ def load_prep_module(script: str) -> ModuleType:
     "download the corpus unless data.corpus_dir already holds it",
     uses=("data",),
     shared=True,
+    pipelines=("ctc", "hybrid"),
     record=False,
 )
 def download(ctx: StageContext) -> None:
@@ -75,6 +76,7 @@ def download(ctx: StageContext) -> None:
     uses=("data", "data_root"),
     needs=(0,),
     shared=True,
+    pipelines=("ctc", "hybrid"),
     outputs=lambda ctx: [ctx.data_root / s / "text" for s in ctx.cfg.data.all_sets],
 )
 def prepare(ctx: StageContext) -> None:

@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
     uses=("features", "feats_root"),
     needs=(1,),
     shared=True,
+    pipelines=("ctc", "hybrid"),
     outputs=lambda ctx: [ctx.data_root / s / "feats.scp" for s in ctx.cfg.data.all_sets],
 )
 def features(ctx: StageContext) -> None:

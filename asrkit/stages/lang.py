@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
     "tokenizer (char/unigram/bpe/phone), lexicon and Kneser-Ney word n-gram LM from the training transcripts",
     uses=("tokenizer", "lm"),
     needs=(1,),
+    pipelines=("ctc", "hybrid"),
     outputs=lambda ctx: [ctx.exp_dir / "tokenizer" / "units.txt", ctx.exp_dir / "lang" / "lm.arpa"],
 )
 def lang(ctx: StageContext) -> None:

@@ -5,6 +5,11 @@ its settings hash covers both, transitively. A finished stage records that hash 
 ``<where its outputs go>/.stages/<number>-<name>.json`` (written last, atomically): a
 rerun with the same settings skips it and says so, a change or ``--force`` runs it
 again. A stage that fails or is killed leaves no record, so it runs again next time.
+
+Stages belong to a *pipeline* (the ``pipeline`` setting), each numbered on its own as the
+stages of a Kaldi recipe are: ``ctc`` (the default: CTC acoustic models) and ``hybrid``
+(GMM-HMM systems, then a BLSTM trained with frame cross-entropy on their tied states and
+decoded through HCLG). The corpus stages 0-3 are the same in both.
 """
 
 from __future__ import annotations
@@ -62,7 +67,10 @@ class Stage:
     outputs: Callable[[StageContext], list[Path]] | None = None
 
 
-STAGES: dict[int, Stage] = {}
+#: pipeline name -> stage number -> stage.
+PIPELINES: dict[str, dict[int, Stage]] = {"ctc": {}, "hybrid": {}}
+#: The default (``ctc``) pipeline's stages.
+STAGES: dict[int, Stage] = PIPELINES["ctc"]
 
 
 def stage(
@@ -76,26 +84,33 @@ def stage(
     record: bool = True,
     on_skip: Callable[[StageContext], None] | None = None,
     outputs: Callable[[StageContext], list[Path]] | None = None,
+    pipelines: Sequence[str] = ("ctc",),
 ) -> Callable:
-    """Register ``func(ctx)`` as recipe stage ``number`` (see :class:`Stage`)."""
+    """Register ``func(ctx)`` as recipe stage ``number`` of each of ``pipelines`` (see
+    :class:`Stage`); a function may also be registered again under another number."""
 
     def add(func: Callable[[StageContext], None]) -> Callable[[StageContext], None]:
-        if number in STAGES:
-            raise RuntimeError(f"stage {number} registered twice ({STAGES[number].name}, {name})")
-        STAGES[number] = Stage(
-            number, name, description, func, tuple(uses), tuple(needs), shared, record, on_skip, outputs
-        )
+        for pipeline in pipelines:
+            table = PIPELINES[pipeline]
+            if number in table:
+                raise RuntimeError(
+                    f"{pipeline} stage {number} registered twice ({table[number].name}, {name})"
+                )
+            table[number] = Stage(
+                number, name, description, func, tuple(uses), tuple(needs), shared, record, on_skip, outputs
+            )
         return func
 
     return add
 
 
-def stage_settings(number: int) -> list[str]:
+def stage_settings(number: int, *, pipeline: str = "ctc") -> list[str]:
     """The top-level settings stage ``number``'s outputs depend on, through its needs."""
     keys: set[str] = set()
     todo, seen = [number], set()
+    table = PIPELINES[pipeline]
     while todo:
-        current = STAGES[todo.pop()]
+        current = table[todo.pop()]
         if current.number in seen:
             continue
         seen.add(current.number)
@@ -116,10 +131,18 @@ def _finished(record: Path, digest: str) -> bool:
         return False
 
 
-def describe_stages() -> str:
+def stage_number(name: str, *, pipeline: str = "ctc") -> int:
+    """The number of the stage called ``name`` in ``pipeline``."""
+    for number, current in PIPELINES[pipeline].items():
+        if current.name == name:
+            return number
+    raise KeyError(f"no stage '{name}' in the {pipeline} pipeline")
+
+
+def describe_stages(pipeline: str = "ctc") -> str:
     return "\n".join(
         f"  {s.number:>2}  {s.name:<10} {s.description}"
-        for s in sorted(STAGES.values(), key=lambda s: s.number)
+        for s in sorted(PIPELINES[pipeline].values(), key=lambda s: s.number)
     )
 
 
@@ -144,13 +167,17 @@ def run_stages(
         force: run finished stages again (training then starts over unless resume=true).
         overrides, config_dir, config_name: what ``cfg`` was composed from.
     """
-    last = max(STAGES)
+    pipeline = str(cfg.get("pipeline", "ctc"))
+    if pipeline not in PIPELINES:
+        raise ConfigError(f"pipeline={pipeline}: unknown; choose one of {', '.join(PIPELINES)}")
+    table = PIPELINES[pipeline]
+    last = max(table)
     stop = last if stop is None else stop
     if start > stop:
         raise ConfigError(f"--stage {start} is after --stop-stage {stop}; swap them")
-    selected = [STAGES[n] for n in sorted(STAGES) if start <= n <= stop]
+    selected = [table[n] for n in sorted(table) if start <= n <= stop]
     if not selected:
-        raise ConfigError(f"no stage between {start} and {stop}; stages are:\n{describe_stages()}")
+        raise ConfigError(f"no stage between {start} and {stop}; stages are:\n{describe_stages(pipeline)}")
     if force and cfg.resume == "auto":
         cfg.resume = "false"  # --force retrains from scratch (learners read config.yaml)
     typed = to_object(cfg)
@@ -173,7 +200,7 @@ def run_stages(
         log.info("command: %s", shlex.join(command))
         log.info("experiment dir: %s (config saved as config.yaml)", ctx.exp_dir)
         for current in selected:
-            digest, settings = settings_hash(typed, stage_settings(current.number))
+            digest, settings = settings_hash(typed, stage_settings(current.number, pipeline=pipeline))
             record = _record_path(ctx, current)
             gone = [p for p in (current.outputs(ctx) if current.outputs else []) if not p.exists()]
             if gone and _finished(record, digest):

@@ -48,7 +48,7 @@ from asrkit.models.checkpoint import (
     save_checkpoint,
 )
 from asrkit.models.lstm import build_model, model_args
-from asrkit.stages.registry import StageContext, stage, stage_settings
+from asrkit.stages.registry import StageContext, stage, stage_number, stage_settings
 from asrkit.targets.alignments import check_alignments, read_alignments
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.allocator import retain_freed_memory
@@ -179,7 +179,9 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
         objective=objective,
         resume=_resume_mode(cfg.resume, restart=dctx.restart),
         fault=FaultInjection.parse(dctx.fault_kill, rank=dctx.rank, restart=dctx.restart),
-        resume_key=settings_hash(cfg, stage_settings(4))[0],
+        resume_key=settings_hash(
+            cfg, stage_settings(stage_number("train", pipeline=cfg.pipeline), pipeline=cfg.pipeline)
+        )[0],
     )
     try:
         state = trainer.fit()
@@ -244,9 +246,12 @@ def _resume_mode(setting: str, *, restart: int) -> str:
 
 
 def alignment_source(cfg: AsrkitConfig, exp_dir: Path, which: str) -> str:
-    """``align.train`` / ``align.dev``, or this experiment's forced-alignment dir."""
+    """``align.train`` / ``align.dev``, or this experiment's forced-alignment dir (the GMM
+    stage's ``gmm/ali_<set>`` in the hybrid pipeline)."""
     setting = cfg.align.train if which == "train" else cfg.align.dev
     name = cfg.data.train_set if which == "train" else cfg.data.dev_set
+    if cfg.pipeline == "hybrid":
+        return setting or str(exp_dir / "gmm" / f"ali_{name}")
     return setting or str(exp_dir / f"ali_{name}")
 
 

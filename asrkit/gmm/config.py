@@ -1,0 +1,112 @@
+"""Settings of the GMM-HMM systems and of WFST decoding (the ``gmm`` and ``wfst`` sections).
+
+Kept apart from the training code so the config tree imports no Kaldi bindings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from asrkit.errors import raise_all
+
+#: Kaldi's train_mono.sh realignment schedule.
+MONO_REALIGN = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 23, 26, 29, 32, 35, 38]
+
+
+@dataclass
+class GmmConfig:
+    """The ``gmm`` settings: the GMM-HMM systems of a hybrid experiment.
+
+    Attributes:
+        mono_iters / mono_gauss / mono_realign: monophone training rounds, the total
+            Gaussians it grows to, and the rounds that realign (Kaldi's schedule).
+        tri_leaves / tri_gauss / tri_iters / tri_realign: per triphone pass (Kaldi's tri1,
+            tri2, ...: one entry each), the tied states (tree leaves), total Gaussians,
+            rounds and realigning rounds. The last pass aligns the training data for the
+            neural network.
+        boost_silence: silence likelihood boost while aligning (Kaldi's 1.25 in
+            ``train_mono.sh``/``align_si.sh``; 1.0 = off).
+        beam / retry_beam: alignment beams; an utterance that fails ``beam`` is tried
+            again with ``retry_beam``.
+        max_fail: the fraction of utterances that may fail to align before a stage stops.
+        acoustic_scale / self_loop_scale / transition_scale: Kaldi's ``scale_opts``.
+        power: the exponent of a state's occupancy in the share of Gaussians it gets.
+        nj: parallel alignment jobs.
+    """
+
+    mono_iters: int = 40
+    mono_gauss: int = 1000
+    mono_realign: list[int] = field(default_factory=lambda: list(MONO_REALIGN))
+    tri_leaves: list[int] = field(default_factory=lambda: [300])
+    tri_gauss: list[int] = field(default_factory=lambda: [3000])
+    tri_iters: int = 35
+    tri_realign: list[int] = field(default_factory=lambda: [10, 20, 30])
+    boost_silence: float = 1.25
+    beam: float = 10.0
+    retry_beam: float = 40.0
+    max_fail: float = 0.05
+    acoustic_scale: float = 0.1
+    self_loop_scale: float = 0.1
+    transition_scale: float = 1.0
+    power: float = 0.25
+    nj: int = 2
+
+    def check(self) -> None:
+        problems = []
+        if self.mono_iters < 1 or self.tri_iters < 1:
+            problems.append("gmm.mono_iters and gmm.tri_iters must be >= 1")
+        if len(self.tri_leaves) != len(self.tri_gauss):
+            problems.append(
+                f"gmm.tri_leaves ({self.tri_leaves}) and gmm.tri_gauss ({self.tri_gauss}) need one "
+                "entry per triphone pass each"
+            )
+        if any(n < 2 for n in self.tri_leaves):
+            problems.append(f"gmm.tri_leaves={self.tri_leaves}: each pass needs at least 2 leaves")
+        if not 0 <= self.max_fail < 1:
+            problems.append(f"gmm.max_fail={self.max_fail}: a fraction in [0, 1)")
+        if self.beam <= 0 or self.retry_beam < 0:
+            problems.append("gmm.beam must be > 0 and gmm.retry_beam >= 0")
+        if self.nj < 1:
+            problems.append(f"gmm.nj={self.nj}: at least 1")
+        raise_all(problems)
+
+
+@dataclass
+class WfstConfig:
+    """The ``wfst`` settings: decoding GMM and hybrid models through HCLG.
+
+    Attributes:
+        beam / lattice_beam / max_active: lattice-faster decoder pruning (Kaldi's
+            ``decode.sh`` defaults: 13, 8, 7000).
+        lm_weights: the LM weights swept on the tune set; the acoustic scale is their
+            inverse (Kaldi's ``score.sh`` LMWT range).
+        word_penalties: word insertion penalties swept with them.
+        self_loop_scale / transition_scale: HCLG's transition probabilities (Kaldi: 0.1, 1.0).
+        prior_floor: the smallest class prior (hybrid models: a class seldom seen in the
+            training alignments would otherwise get a huge boost).
+        nj: parallel decoding jobs.
+    """
+
+    beam: float = 13.0
+    lattice_beam: float = 8.0
+    max_active: int = 7000
+    lm_weights: list[float] = field(default_factory=lambda: [7.0, 9.0, 11.0, 13.0, 15.0, 17.0])
+    word_penalties: list[float] = field(default_factory=lambda: [0.0, 0.5, 1.0])
+    self_loop_scale: float = 0.1
+    transition_scale: float = 1.0
+    prior_floor: float = 1e-8
+    nj: int = 2
+
+    def check(self) -> None:
+        problems = []
+        if self.beam <= 0 or self.lattice_beam <= 0 or self.max_active < 1:
+            problems.append("wfst.beam, wfst.lattice_beam and wfst.max_active must be positive")
+        if not self.lm_weights or any(w <= 0 for w in self.lm_weights):
+            problems.append(f"wfst.lm_weights={self.lm_weights}: at least one, each > 0")
+        if not self.word_penalties:
+            problems.append("wfst.word_penalties: at least one value (0.0 for none)")
+        if not 0 < self.prior_floor < 1:
+            problems.append(f"wfst.prior_floor={self.prior_floor}: in (0, 1)")
+        if self.nj < 1:
+            problems.append(f"wfst.nj={self.nj}: at least 1")
+        raise_all(problems)
