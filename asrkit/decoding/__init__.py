@@ -5,12 +5,26 @@ Public API:
     - :func:`greedy_ctc` — best path, repeats merged, blanks dropped.
     - :class:`Recognizer` — model, features, CMVN and tokenizer of an experiment
       dir; decodes data dirs (writing ``hyp`` and ``scoring/``) or audio.
+    - :class:`WfstDecoder` (:mod:`asrkit.decoding.wfst`) — pdf log-likelihoods through an
+      HCLG graph: best path, or a :class:`WordLattice` rescored at every LM weight and word
+      penalty; :func:`pdf_log_likelihoods` — a hybrid network's log-posteriors minus
+      log-priors.
 """
 
 from asrkit.decoding.config import DecodeConfig
 from asrkit.decoding.greedy import greedy_ctc
 
-__all__ = ["DecodeConfig", "Recognizer", "greedy_ctc"]
+__all__ = [
+    "DecodeConfig",
+    "Recognizer",
+    "WfstDecoder",
+    "WfstResult",
+    "WordLattice",
+    "greedy_ctc",
+    "pdf_log_likelihoods",
+]
+
+_WFST = ("WfstDecoder", "WfstResult", "WordLattice", "pdf_log_likelihoods")
 
 
 def __getattr__(name: str):
@@ -20,4 +34,9 @@ def __getattr__(name: str):
         from asrkit.decoding.recognizer import Recognizer
 
         return Recognizer
+    if name in _WFST:
+        # The Kaldi bindings, likewise only when asked for.
+        from asrkit.decoding import wfst
+
+        return getattr(wfst, name)
     raise AttributeError(name)

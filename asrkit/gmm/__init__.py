@@ -18,8 +18,24 @@ Public API, one module per stage:
     - :func:`build_tree` (with :class:`Root`, :func:`read_roots`, :func:`read_phone_sets`) →
       :class:`Tree` — Kaldi's ``tree`` file, a real ``ContextDependency``, per-leaf Gaussians.
     - :func:`read_tree` — a Kaldi binary ``tree`` file as a ``kaldi_hmm_gmm.ContextDependency``.
+
+:mod:`asrkit.gmm.graph` — the decoding graph (``format_lm.sh`` + ``mkgraph.sh``):
+    - :func:`make_g` — ``G.fst`` from an ARPA LM (words outside ``words.txt`` skipped);
+      :func:`check_g`.
+    - :func:`make_hclg` — ``HCLG`` from lang, tree, transition model and G.
+    - :func:`make_graph` → :class:`GraphDir` — both, written as Kaldi's graph dir
+      (:func:`write_graph_dir`); :func:`load_graph_dir` reads one (Kaldi's too).
 """
 
+from asrkit.gmm.graph import (
+    GraphDir,
+    check_g,
+    load_graph_dir,
+    make_g,
+    make_graph,
+    make_hclg,
+    write_graph_dir,
+)
 from asrkit.gmm.model_io import (
     KaldiModel,
     read_model,
@@ -43,6 +59,7 @@ from asrkit.gmm.tree import (
 )
 
 __all__ = [
+    "GraphDir",
     "KaldiModel",
     "Questions",
     "Root",
@@ -50,7 +67,12 @@ __all__ = [
     "TreeStats",
     "accumulate_tree_stats",
     "build_tree",
+    "check_g",
     "cluster_phones",
+    "load_graph_dir",
+    "make_g",
+    "make_graph",
+    "make_hclg",
     "make_questions",
     "pdf_class_questions",
     "read_model",
@@ -59,5 +81,6 @@ __all__ = [
     "read_tree",
     "transition_id_to_pdf",
     "transition_id_to_phone",
+    "write_graph_dir",
     "write_model",
 ]

@@ -1,0 +1,458 @@
+"""Decoding pdf log-likelihoods against an ``HCLG`` graph (Kaldi's ``decode-faster-mapped`` /
+``latgen-faster-mapped`` and ``lattice-scale | lattice-add-penalty | lattice-best-path``).
+
+The acoustic scores are per-frame pdf log-likelihoods: GMM log-likelihoods, or a hybrid
+network's log-posteriors minus the log-priors of its targets (:func:`pdf_log_likelihoods`).
+As Kaldi's decodables do, they are multiplied by ``acoustic_scale`` before the search; a
+path's score is then ``acoustic_scale * sum_t loglike[t, pdf_t] - graph_cost``.
+
+Searches, from k2-fsa's ``kaldi_decoder`` (Kaldi's own C++):
+
+- :meth:`WfstDecoder.decode` / :meth:`WfstDecoder.decode_best`: the best path by Kaldi's
+  ``FasterDecoder`` (``beam``, ``max_active``).
+- :meth:`WfstDecoder.decode_lattice`: a state-level lattice by Kaldi's
+  ``LatticeSimpleDecoder`` (``beam``, ``lattice_beam``; it has no ``max_active``): every path
+  within ``lattice_beam`` of the best, with graph and acoustic costs kept apart. The bindings
+  expose no lattice from ``LatticeFasterDecoder`` and no lattice determinization, so the
+  lattice is the raw one; :class:`WordLattice` finds its best path at any LM weight and
+  word insertion penalty without decoding again (:meth:`WfstDecoder.decode_with_scales`),
+  which is how Kaldi's scoring sweeps them.
+
+An utterance whose search reaches no final state of the graph gets the best partial path,
+a warning and a count (:attr:`WfstDecoder.num_partial`), as Kaldi's ``--allow-partial=true``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import _kaldifst
+import kaldi_decoder as kd
+import kaldifst
+import numpy as np
+
+from asrkit.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+#: Log-likelihood given to pdfs whose prior is below the floor: they never win (Kaldi nnet1's
+#: ``--prior-floor`` treatment), yet costs stay finite for the search.
+NEVER = -1.0e10
+
+
+def pdf_log_likelihoods(
+    log_posteriors: np.ndarray, log_priors: np.ndarray, *, prior_floor: float = 1e-10
+) -> np.ndarray:
+    """Scaled likelihoods of a hybrid network: ``log p(x|s) + const = log p(s|x) - log p(s)``.
+
+    Args:
+        log_posteriors: ``(T, P)`` log-softmax outputs over the ``P`` pdfs.
+        log_priors: ``(P,)`` log prior probabilities of the pdfs (counted from the training
+            alignments).
+        prior_floor: pdfs with a prior below this (never or hardly ever seen in training) get
+            :data:`NEVER` instead, so that a tiny prior cannot make them win (Kaldi nnet1's
+            ``--prior-floor``, default 1e-10).
+
+    Returns:
+        ``(T, P)`` float32 log-likelihoods for :class:`WfstDecoder`.
+
+    Raises:
+        DataError: the shapes disagree.
+    """
+    post = np.asarray(log_posteriors, dtype=np.float32)
+    priors = np.asarray(log_priors, dtype=np.float64)
+    if post.ndim != 2 or priors.ndim != 1 or post.shape[1] != priors.shape[0]:
+        raise DataError(
+            f"log-posteriors of shape {post.shape} and log-priors of shape {priors.shape}: need (T, P) "
+            "and (P,) over the same pdfs; count the priors from alignments of the model the network "
+            "was trained for"
+        )
+    if not prior_floor > 0.0:
+        raise ConfigError(f"prior_floor={prior_floor}: must be positive (Kaldi's default is 1e-10)")
+    out = (post - priors.astype(np.float32)[None, :]).astype(np.float32)
+    rare = ~(priors >= math.log(prior_floor))
+    if rare.any():
+        out[:, rare] = NEVER
+    return out
+
+
+def _transition_pdfs(transitions: Any) -> np.ndarray:
+    """The ``(num_transition_ids + 1,)`` pdf table of a transition model, a KaldiModel or an array."""
+    if isinstance(transitions, np.ndarray):
+        table = transitions
+    elif hasattr(transitions, "transition_id_to_pdf_array"):
+        table = np.asarray(transitions.transition_id_to_pdf_array())
+    else:
+        from asrkit.gmm.model_io import transition_id_to_pdf
+
+        table = transition_id_to_pdf(transitions)
+    table = np.asarray(table, dtype=np.int64)
+    if table.ndim != 1 or len(table) < 2 or table[1:].min() < 0:
+        raise DataError(
+            f"transition-id -> pdf table of shape {table.shape}: need (num_transition_ids + 1,) "
+            "non-negative pdf ids (entry 0 unused); pass the model's transition model"
+        )
+    return table
+
+
+@dataclass
+class WfstResult:
+    """The best path of one utterance.
+
+    Attributes:
+        words: the word sequence.
+        word_ids: its ids in ``words.txt``.
+        alignment: ``(T,)`` int32 transition-ids, one per frame.
+        graph_cost: the path's graph cost (LM, lexicon and transition ``-log`` probabilities).
+        acoustic_cost: ``-acoustic_scale * sum_t loglike[t, pdf_t]``.
+        reached_final: False when the search ended in no final state (partial output).
+    """
+
+    words: list[str]
+    word_ids: list[int]
+    alignment: np.ndarray
+    graph_cost: float
+    acoustic_cost: float
+    reached_final: bool
+
+    @property
+    def score(self) -> float:
+        """``acoustic_scale * loglike - graph cost`` of the path (Kaldi's "likelihood")."""
+        return -(self.graph_cost + self.acoustic_cost)
+
+
+@dataclass
+class WordLattice:
+    """A decoder's raw (state-level) lattice as arrays, to find best paths under other weights.
+
+    Arc ``i`` goes from ``src[i]`` to ``dst[i]``, emits word ``olabel[i]`` (0: none) and costs
+    ``graph[i]`` (graph cost) and ``acoustic[i]`` (unscaled: ``-loglike``, the decoder's
+    acoustic scale divided out, as Kaldi writes lattices). Under LM weight ``w`` and word
+    insertion penalty ``p`` a path costs ``graph + acoustic / w + p * words`` (Kaldi's
+    ``lattice-scale --inv-acoustic-scale=w | lattice-add-penalty --word-ins-penalty=p``).
+
+    Attributes:
+        start: the start state.
+        num_states: states ``0..num_states-1``.
+        src / dst / olabel: ``(A,)`` int64 arc tables.
+        graph / acoustic: ``(A,)`` float64 arc costs.
+        final_states / final_graph / final_acoustic: the final states and their final costs.
+    """
+
+    start: int
+    num_states: int
+    src: np.ndarray
+    dst: np.ndarray
+    olabel: np.ndarray
+    graph: np.ndarray
+    acoustic: np.ndarray
+    final_states: np.ndarray
+    final_graph: np.ndarray
+    final_acoustic: np.ndarray
+    _rounds: list[np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_lattice(cls, lattice: kaldifst.Lattice, *, acoustic_scale: float) -> WordLattice:
+        """Read a ``kaldifst.Lattice`` whose acoustic costs carry ``acoustic_scale``."""
+        arcs: list[tuple[int, int, int, float, float]] = []
+        finals: list[tuple[int, float, float]] = []
+        for state in range(lattice.num_states):
+            # kaldifst has no public arc iterator for lattices; its text form rounds the costs
+            # to 6 digits, so the binding's own iterator is used.
+            it = _kaldifst._ArcIteratorLattice(lattice, state)
+            while not it.done:
+                arc = it.value
+                arcs.append((state, arc.nextstate, arc.olabel, arc.weight.value1, arc.weight.value2))
+                it.next()
+            weight = lattice.final(state)
+            if math.isfinite(weight.value1):
+                finals.append((state, weight.value1, weight.value2))
+        table = np.array(arcs, dtype=np.float64).reshape(-1, 5)
+        fin = np.array(finals, dtype=np.float64).reshape(-1, 3)
+        return cls(
+            start=int(lattice.start),
+            num_states=int(lattice.num_states),
+            src=table[:, 0].astype(np.int64),
+            dst=table[:, 1].astype(np.int64),
+            olabel=table[:, 2].astype(np.int64),
+            graph=table[:, 3],
+            acoustic=table[:, 4] / acoustic_scale,
+            final_states=fin[:, 0].astype(np.int64),
+            final_graph=fin[:, 1],
+            final_acoustic=fin[:, 2] / acoustic_scale,
+        )
+
+    @property
+    def num_arcs(self) -> int:
+        return len(self.src)
+
+    def _topological_rounds(self) -> list[np.ndarray]:
+        """The arcs in rounds (Kahn's algorithm): every arc's source is complete before the
+        round that holds the arc, so a round can be relaxed at once."""
+        if self._rounds is not None:
+            return self._rounds
+        order = np.argsort(self.src, kind="stable")
+        offsets = np.searchsorted(self.src[order], np.arange(self.num_states + 1))
+        indeg = np.bincount(self.dst, minlength=self.num_states)
+        frontier = np.flatnonzero(indeg == 0)
+        rounds: list[np.ndarray] = []
+        done = 0
+        while frontier.size:
+            done += frontier.size
+            starts, lens = offsets[frontier], offsets[frontier + 1] - offsets[frontier]
+            total = int(lens.sum())
+            if total == 0:
+                break
+            within = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+            arcs = order[np.repeat(starts, lens) + within]
+            rounds.append(arcs)
+            targets = self.dst[arcs]
+            indeg -= np.bincount(targets, minlength=self.num_states)
+            frontier = np.unique(targets[indeg[targets] == 0])
+        if done < self.num_states and (indeg > 0).any():
+            raise DataError(
+                "lattice has a cycle (an epsilon loop in the graph?); rebuild HCLG with make_hclg"
+            )
+        self._rounds = rounds
+        return rounds
+
+    def best_paths(
+        self, lm_weights: Sequence[float], *, word_penalties: Sequence[float] = (0.0,)
+    ) -> dict[tuple[float, float], tuple[list[int], float]]:
+        """The best path under every pair of LM weight and word insertion penalty.
+
+        Returns:
+            ``(lm_weight, word_penalty) -> (word ids, cost)``; the cost is
+            ``graph + acoustic / lm_weight + penalty * len(words)`` (Kaldi's scaling).
+        """
+        if any(not w > 0 for w in lm_weights):
+            raise ConfigError(f"LM weights {list(lm_weights)}: must be positive (Kaldi sweeps 7..17)")
+        combos = [(float(w), float(p)) for w in lm_weights for p in word_penalties]
+        out: dict[tuple[float, float], tuple[list[int], float]] = {}
+        if not len(self.final_states):
+            return {c: ([], math.inf) for c in combos}
+        rounds = self._topological_rounds()
+        is_word = (self.olabel != 0).astype(np.float64)
+        # Rescore a few pairs at a time: the cost table is (pairs, arcs).
+        chunk = max(1, 4_000_000 // max(1, self.num_arcs))
+        for first in range(0, len(combos), chunk):
+            part = combos[first : first + chunk]
+            inv = np.array([1.0 / w for w, _ in part])[:, None]
+            pen = np.array([p for _, p in part])[:, None]
+            cost = self.graph[None, :] + self.acoustic[None, :] * inv + is_word[None, :] * pen
+            best = np.full((len(part), self.num_states), np.inf)
+            best[:, self.start] = 0.0
+            rows = np.arange(len(part))[:, None]
+            for arcs in rounds:
+                np.minimum.at(best, (rows, self.dst[arcs][None, :]), best[:, self.src[arcs]] + cost[:, arcs])
+            final = self.final_graph[None, :] + self.final_acoustic[None, :] * inv
+            totals = best[:, self.final_states] + final
+            on_best = best[:, self.src] + cost == best[:, self.dst]
+            for k, combo in enumerate(part):
+                j = int(np.argmin(totals[k]))
+                if not math.isfinite(totals[k, j]):
+                    out[combo] = ([], math.inf)
+                    continue
+                pred = np.full(self.num_states, -1, dtype=np.int64)
+                winners = np.flatnonzero(on_best[k])
+                pred[self.dst[winners]] = winners
+                words: list[int] = []
+                state = int(self.final_states[j])
+                while state != self.start:
+                    arc = int(pred[state])
+                    if self.olabel[arc]:
+                        words.append(int(self.olabel[arc]))
+                    state = int(self.src[arc])
+                out[combo] = (words[::-1], float(totals[k, j]))
+        return out
+
+    def best_path(self, lm_weight: float, *, word_penalty: float = 0.0) -> list[int]:
+        """The best word-id sequence at one LM weight and word insertion penalty."""
+        return self.best_paths([lm_weight], word_penalties=[word_penalty])[
+            (float(lm_weight), float(word_penalty))
+        ][0]
+
+
+class WfstDecoder:
+    """Viterbi beam search of pdf log-likelihoods through an HCLG graph.
+
+    Args:
+        hclg: the graph (transition-ids in, word ids out), e.g. from
+            :func:`asrkit.gmm.graph.make_hclg` or :func:`~asrkit.gmm.graph.load_graph_dir`.
+        transitions: the model's ``kaldi_hmm_gmm.TransitionModel``, a
+            :class:`~asrkit.gmm.model_io.KaldiModel`, or its ``(num_transition_ids + 1,)``
+            transition-id -> pdf table.
+        words: word id -> word (``words.txt`` inverted).
+        beam: search beam (Kaldi's decoding default 13).
+        lattice_beam: lattice pruning beam of :meth:`decode_lattice` (Kaldi's default 8).
+        max_active / min_active: bounds on the active states per frame (best path search).
+        acoustic_scale: multiplies the log-likelihoods (Kaldi's 0.1 for GMMs and hybrids).
+
+    Attributes:
+        num_decoded: utterances decoded so far.
+        num_partial: how many of them reached no final state (partial output, warned).
+    """
+
+    def __init__(
+        self,
+        hclg: kaldifst.StdVectorFst,
+        transitions: Any,
+        *,
+        words: Mapping[int, str],
+        beam: float = 13.0,
+        lattice_beam: float = 8.0,
+        max_active: int = 7000,
+        min_active: int = 200,
+        acoustic_scale: float = 0.1,
+    ) -> None:
+        if not (beam > 0 and lattice_beam > 0 and acoustic_scale > 0 and max_active >= min_active >= 0):
+            raise ConfigError(
+                f"decoder settings beam={beam}, lattice_beam={lattice_beam}, "
+                f"acoustic_scale={acoustic_scale}, "
+                f"max_active={max_active}, min_active={min_active}: beams and scale must be positive and "
+                "max_active >= min_active >= 0"
+            )
+        if hclg.start < 0:
+            raise DataError("HCLG is empty (no start state); rebuild it (asrkit.gmm.graph.make_hclg)")
+        self.hclg = hclg
+        self.tid2pdf = _transition_pdfs(transitions)
+        self.num_pdfs = int(self.tid2pdf[1:].max()) + 1
+        self.words = dict(words)
+        self.beam = beam
+        self.lattice_beam = lattice_beam
+        self.acoustic_scale = acoustic_scale
+        self._faster = kd.FasterDecoder(
+            hclg, kd.FasterDecoderOptions(beam=beam, max_active=max_active, min_active=min_active)
+        )
+        self._lattice: Any = None
+        self.num_decoded = 0
+        self.num_partial = 0
+
+    @classmethod
+    def from_graph_dir(cls, graph: Any, transitions: Any, **settings: Any) -> WfstDecoder:
+        """A decoder for a :class:`~asrkit.gmm.graph.GraphDir` (its HCLG and ``words.txt``)."""
+        decoder = cls(graph.hclg, transitions, words=graph.word_names, **settings)
+        if graph.num_pdfs >= 0 and graph.num_pdfs != decoder.num_pdfs:
+            raise DataError(
+                f"{graph.path}: the graph was built for {graph.num_pdfs} pdfs, the model has "
+                f"{decoder.num_pdfs}; rebuild the graph with this model"
+            )
+        return decoder
+
+    # --- inputs and outputs ----------------------------------------------------------------------
+
+    def _decodable(self, loglikes: np.ndarray, utt: str) -> kd.DecodableCtc:
+        scores = np.asarray(loglikes)
+        if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] != self.num_pdfs:
+            raise DataError(
+                f"utterance {utt}: log-likelihoods of shape {scores.shape}, the model has {self.num_pdfs} "
+                "pdfs; need (T >= 1, num_pdfs) (for a network: its outputs over the tree's pdfs)"
+            )
+        bad = ~np.isfinite(scores)
+        if bad.any():
+            frame = int(np.argwhere(bad)[0, 0])
+            raise DataError(
+                f"utterance {utt}: log-likelihood at frame {frame} is {scores[bad][0]}; "
+                "give finite values (floor the priors with pdf_log_likelihoods)"
+            )
+        # DecodableCtc answers log_likelihood(t, i) with column i - 1: one column per transition-id.
+        return kd.DecodableCtc(
+            np.ascontiguousarray((self.acoustic_scale * scores.astype(np.float32))[:, self.tid2pdf[1:]])
+        )
+
+    def _word_strings(self, ids: Sequence[int]) -> list[str]:
+        try:
+            return [self.words[i] for i in ids]
+        except KeyError as err:
+            raise DataError(
+                f"word id {err.args[0]} of the graph is not in the decoder's words; take words.txt from "
+                "the same graph dir as HCLG.fst"
+            ) from None
+
+    def _partial(self, utt: str, num_frames: int) -> None:
+        self.num_partial += 1
+        log.warning(
+            "utterance %s: no final state of the graph reached after %d frames; output is the best "
+            "partial path (%d such so far; a larger beam may help)",
+            utt,
+            num_frames,
+            self.num_partial,
+        )
+
+    # --- searches --------------------------------------------------------------------------------
+
+    def decode_best(self, loglikes: np.ndarray, *, utt: str = "?") -> WfstResult:
+        """The best path of one utterance, with its alignment and costs.
+
+        Args:
+            loglikes: ``(T, num_pdfs)`` acoustic log-likelihoods (unscaled).
+            utt: the utterance id, for messages.
+        """
+        decodable = self._decodable(loglikes, utt)
+        self._faster.decode(decodable)
+        self.num_decoded += 1
+        reached = self._faster.reached_final()
+        if not reached:
+            self._partial(utt, len(loglikes))
+        ok, path = self._faster.get_best_path(True)
+        if not ok:
+            log.warning("utterance %s: the search kept no path at all; empty output", utt)
+            return WfstResult([], [], np.zeros(0, dtype=np.int32), math.inf, math.inf, False)
+        _, tids, word_ids, weight = kaldifst.get_linear_symbol_sequence(path)
+        return WfstResult(
+            words=self._word_strings(word_ids),
+            word_ids=list(word_ids),
+            alignment=np.asarray(tids, dtype=np.int32),
+            graph_cost=float(weight.value1),
+            acoustic_cost=float(weight.value2),
+            reached_final=reached,
+        )
+
+    def decode(self, loglikes: np.ndarray, *, utt: str = "?") -> list[str]:
+        """The best word sequence of one utterance (``loglikes``: ``(T, num_pdfs)``)."""
+        return self.decode_best(loglikes, utt=utt).words
+
+    def decode_lattice(self, loglikes: np.ndarray, *, utt: str = "?") -> WordLattice:
+        """The raw lattice of one utterance: every path within ``lattice_beam`` of the best
+        (``loglikes``: ``(T, num_pdfs)``); see :class:`WordLattice`."""
+        if self._lattice is None:
+            config = kd.LatticeSimpleDecoderConfig(beam=self.beam, lattice_beam=self.lattice_beam)
+            self._lattice = kd.LatticeSimpleDecoder(self.hclg, config)
+        decodable = self._decodable(loglikes, utt)
+        self._lattice.decode(decodable)
+        self.num_decoded += 1
+        if not math.isfinite(self._lattice.final_relative_cost()):
+            self._partial(utt, len(loglikes))
+        # With no final state reached, Kaldi treats every surviving state as final.
+        ok, raw = self._lattice.get_raw_lattice(True)
+        if not ok or raw.start < 0:
+            log.warning("utterance %s: the search kept no path at all; empty lattice", utt)
+            empty = np.zeros(0, dtype=np.int64)
+            nothing = np.zeros(0)
+            return WordLattice(0, 1, empty, empty, empty, nothing, nothing, empty, nothing, nothing)
+        return WordLattice.from_lattice(raw, acoustic_scale=self.acoustic_scale)
+
+    def decode_with_scales(
+        self,
+        loglikes: np.ndarray,
+        lm_weights: Sequence[float],
+        *,
+        word_penalties: Sequence[float] = (0.0,),
+        utt: str = "?",
+    ) -> dict[tuple[float, float], list[str]]:
+        """The best word sequence at every LM weight and word insertion penalty, from one
+        lattice (no decoding per value; Kaldi's scoring sweep).
+
+        The lattice is searched with this decoder's ``acoustic_scale`` and pruned with
+        ``lattice_beam``; paths pruned there are not rescored, as in Kaldi.
+
+        Returns:
+            ``(lm_weight, word_penalty) -> words``.
+        """
+        lattice = self.decode_lattice(loglikes, utt=utt)
+        paths = lattice.best_paths(lm_weights, word_penalties=word_penalties)
+        return {combo: self._word_strings(ids) for combo, (ids, _) in paths.items()}
