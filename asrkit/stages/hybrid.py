@@ -69,7 +69,9 @@ def _gmm_sets(ctx: StageContext) -> list[str]:
     uses=("gmm", "data", "tokenizer"),
     needs=(1,),
     pipelines=("hybrid",),
-    outputs=lambda ctx: [gmm_dir(ctx) / f"ali_{s}" / "ali.1.gz" for s in (ctx.cfg.data.train_set, ctx.cfg.data.dev_set)],
+    outputs=lambda ctx: [
+        gmm_dir(ctx) / f"ali_{s}" / "ali.1.gz" for s in (ctx.cfg.data.train_set, ctx.cfg.data.dev_set)
+    ],
 )
 def gmm(ctx: StageContext) -> None:
     from dataclasses import replace
@@ -98,18 +100,37 @@ def gmm(ctx: StageContext) -> None:
     system, result = train_mono(lang, feats, texts, cfg, where=where)
     write_alignment_dir(root / "mono", system, result)
     timings["mono"] = round(time.monotonic() - began, 1)
-    log.info("mono: %d states, %d Gaussians, log-likelihood per frame %.3f (%.0f s)",
-             system.am.num_pdfs, system.am.num_gauss, result.like_per_frame, timings["mono"])
+    log.info(
+        "mono: %d states, %d Gaussians, log-likelihood per frame %.3f (%.0f s)",
+        system.am.num_pdfs,
+        system.am.num_gauss,
+        result.like_per_frame,
+        timings["mono"],
+    )
     for k, (leaves, gauss) in enumerate(zip(cfg.tri_leaves, cfg.tri_gauss, strict=True)):
         began = time.monotonic()
         system, result, _ = train_triphone(
-            lang, feats, texts, system, result.alignments, cfg, num_leaves=leaves, num_gauss=gauss, where=where
+            lang,
+            feats,
+            texts,
+            system,
+            result.alignments,
+            cfg,
+            num_leaves=leaves,
+            num_gauss=gauss,
+            where=where,
         )
         name = f"tri{k + 1}"
         write_alignment_dir(root / name, system, result)
         timings[name] = round(time.monotonic() - began, 1)
-        log.info("%s: %d tied states, %d Gaussians, log-likelihood per frame %.3f (%.0f s)",
-                 name, system.am.num_pdfs, system.am.num_gauss, result.like_per_frame, timings[name])
+        log.info(
+            "%s: %d tied states, %d Gaussians, log-likelihood per frame %.3f (%.0f s)",
+            name,
+            system.am.num_pdfs,
+            system.am.num_gauss,
+            result.like_per_frame,
+            timings[name],
+        )
     write_alignment_dir(root / f"ali_{train_set}", system, result)
     began = time.monotonic()
     dev_feats = GmmFeatures(root / "data" / dev_set)
@@ -130,7 +151,18 @@ def _register_train() -> None:
         "train",
         "train the BLSTM with frame cross-entropy on the GMM's tied states (gmm/ali_<set>), "
         "validating on the dev set every epoch",
-        uses=("model", "optim", "schedule", "specaug", "train", "strategy", "objective", "seed", "align", "pipeline"),
+        uses=(
+            "model",
+            "optim",
+            "schedule",
+            "specaug",
+            "train",
+            "strategy",
+            "objective",
+            "seed",
+            "align",
+            "pipeline",
+        ),
         needs=(2, 4),
         pipelines=("hybrid",),
         outputs=lambda ctx: [ctx.exp_dir / "model.pt"],
@@ -138,3 +170,215 @@ def _register_train() -> None:
 
 
 _register_train()
+
+
+# ---------------------------------------------------------------- WFST decoding
+
+
+def _grid(ctx: StageContext) -> list[tuple[float, float]]:
+    return [(w, p) for w in ctx.cfg.wfst.lm_weights for p in ctx.cfg.wfst.word_penalties]
+
+
+def _setting_text(lm_weight: float, penalty: float) -> str:
+    return f"lm_weight={lm_weight:g} word_penalty={penalty:g}"
+
+
+def decode_sets(
+    ctx: StageContext,
+    label: str,
+    hyps_at: Callable[[str, Path], Callable[[float, float], Mapping[str, str]]],
+    out_name: Callable[[str], Path],
+) -> dict[str, str | None]:
+    """Sweep the tune set over the weight grid, then decode every other set at the best
+    pair; each set's ``hyp``, ``scoring/`` and ``setting`` go to ``out_name(set)``. Returns
+    set -> Kaldi WER line. ``hyps_at(name, data dir)`` prepares a set (computes its
+    acoustic scores once) and returns ``(lm weight, word penalty) -> hyps``."""
+    tune_name, tune_dir = tune_target(ctx)
+    tune = hyps_at(tune_name, tune_dir)
+    ref = read_text(tune_dir / "text")
+    best = sweep(ref, _grid(ctx), tune, out_dir=out_name(tune_name), name=f"{tune_name} ({label})")
+    lines: dict[str, str | None] = {}
+    for name, data_dir in decode_targets(ctx):
+        hyps = tune if name == tune_name else hyps_at(name, data_dir)
+        out_dir = out_name(name)
+        line = write_and_score(dict(hyps(*best)), data_dir, out_dir)
+        atomic_write(out_dir / "setting", _setting_text(*best) + "\n")
+        report(name, f"{label}, {_setting_text(*best)}", line, out_dir)
+        lines[name] = line
+    return lines
+
+
+def _lattice_hyps(
+    decoder: object, scores: Mapping[str, np.ndarray], grid: list[tuple[float, float]]
+) -> Callable[[float, float], Mapping[str, str]]:
+    """Every utterance's lattice rescored at every grid point once; ``(w, p) -> hyps``."""
+    lm_weights = sorted({w for w, _ in grid})
+    penalties = sorted({p for _, p in grid})
+    table: dict[tuple[float, float], dict[str, str]] = {combo: {} for combo in grid}
+    for utt, loglikes in scores.items():
+        lattice = decoder.decode_lattice(loglikes, utt=utt)  # type: ignore[attr-defined]
+        paths = lattice.best_paths(lm_weights, word_penalties=penalties)
+        for combo in grid:
+            ids, _ = paths[combo]
+            table[combo][utt] = " ".join(decoder._word_strings(ids))  # type: ignore[attr-defined]
+    return lambda w, p: table[(w, p)]
+
+
+def _decoder(ctx: StageContext, graph: object, transitions: object) -> object:
+    from asrkit.decoding.wfst import WfstDecoder
+
+    cfg = ctx.cfg.wfst
+    return WfstDecoder.from_graph_dir(
+        graph,
+        transitions,
+        beam=cfg.beam,
+        lattice_beam=cfg.lattice_beam,
+        max_active=cfg.max_active,
+        acoustic_scale=ctx.cfg.gmm.acoustic_scale,
+    )
+
+
+def _lm(ctx: StageContext) -> Path:
+    path = ctx.exp_dir / "lang" / "lm.arpa"
+    if not path.is_file():
+        raise DataError(f"{path}: no LM; run stage 3 (lang) first")
+    return path
+
+
+def _show(folders: list[tuple[str, Path, str]]) -> None:
+    for label, folder, name in folders:
+        wer = folder / "scoring" / "wer"
+        if wer.is_file():
+            setting = folder / "setting"
+            text = f"{label}, {setting.read_text().strip()}" if setting.is_file() else label
+            report(name, text, wer.read_text().splitlines()[0], folder)
+
+
+def _gmm_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
+    return [
+        (system, gmm_dir(ctx) / system / f"decode_{name}", name)
+        for system in system_names(ctx)
+        for name, _ in decode_targets(ctx)
+    ]
+
+
+@stage(
+    5,
+    "gmm_decode",
+    "HCLG for each GMM system with the stage-3 LM, dev decoded at every wfst.lm_weights x "
+    "wfst.word_penalties, test at the best; gmm/<system>/decode_<set>/",
+    uses=("wfst", "decode", "lm"),
+    needs=(3, 4),
+    pipelines=("hybrid",),
+    on_skip=lambda ctx: _show(_gmm_folders(ctx)),
+    outputs=lambda ctx: [folder / "hyp" for _, folder, _ in _gmm_folders(ctx)],
+)
+def gmm_decode(ctx: StageContext) -> None:
+    from asrkit.gmm.feats import GmmFeatures
+    from asrkit.gmm.graph import make_graph
+    from asrkit.gmm.lang import load_lang
+    from asrkit.gmm.train import GmmSystem
+
+    root = gmm_dir(ctx)
+    lang = load_lang(root / "lang")
+    timings: dict[str, float] = {}
+    for system_name in system_names(ctx):
+        began = time.monotonic()
+        system = GmmSystem.load(root / system_name, lang)
+        graph = make_graph(
+            lang,
+            system.ctx_dep,
+            system.trans_model,
+            _lm(ctx),
+            root / system_name / "graph",
+            self_loop_scale=ctx.cfg.wfst.self_loop_scale,
+            transition_scale=ctx.cfg.wfst.transition_scale,
+        )
+        timings[f"{system_name}_graph"] = round(time.monotonic() - began, 2)
+        decoder = _decoder(ctx, graph, system.trans_model)
+
+        def hyps_at(name: str, data_dir: Path, system=system, decoder=decoder, label=system_name) -> Callable:
+            gmm_data = root / "data" / name
+            if not (gmm_data / "feats.scp").is_file():
+                raise DataError(
+                    f"{gmm_data}: no GMM features for decode set {name}; the GMM systems decode the "
+                    "recipe's own sets (data.dev_set, data.test_sets)"
+                )
+            feats = GmmFeatures(gmm_data)
+            began = time.monotonic()
+            scores = {utt: system.log_likelihoods(feats(utt)) for utt in feats.utt_ids}
+            hyps = _lattice_hyps(decoder, scores, _grid(ctx))
+            frames = sum(s.shape[0] for s in scores.values())
+            timings[f"{label}_{name}_rtf"] = round((time.monotonic() - began) / (frames * 0.01), 4)
+            return hyps
+
+        decode_sets(ctx, system_name, hyps_at, lambda name, s=system_name: root / s / f"decode_{name}")
+    atomic_write(root / "decode_timings.json", json.dumps(timings, indent=2) + "\n")
+
+
+def _hybrid_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
+    return [("hybrid", ctx.exp_dir / f"decode_hybrid_{name}", name) for name, _ in decode_targets(ctx)]
+
+
+@stage(
+    7,
+    "decode",
+    "the BLSTM's log posteriors minus log priors decoded through the last GMM system's HCLG, "
+    "weights swept on dev; decode_hybrid_<set>/",
+    uses=("wfst", "decode"),
+    needs=(5, 6),
+    pipelines=("hybrid",),
+    on_skip=lambda ctx: _show(_hybrid_folders(ctx)),
+    outputs=lambda ctx: [folder / "hyp" for _, folder, _ in _hybrid_folders(ctx)],
+)
+def hybrid_decode(ctx: StageContext) -> None:
+    import torch
+
+    from asrkit.decoding.wfst import pdf_log_likelihoods
+    from asrkit.gmm.graph import load_graph_dir
+    from asrkit.gmm.model_io import read_model
+    from asrkit.stages.decode import stage_recognizer
+    from asrkit.stages.train import alignment_source
+    from asrkit.targets.alignments import read_alignments
+    from asrkit.targets.forced_align import class_counts, log_priors, write_counts
+
+    last = gmm_dir(ctx) / system_names(ctx)[-1]
+    recognizer = stage_recognizer(ctx, ctx.cfg.decode.model)
+    if recognizer.meta.get("objective") != "ce":
+        raise ConfigError(
+            f"{ctx.exp_dir / ctx.cfg.decode.model}: not a frame (CE) model; retrain it in stage 6"
+        )
+    model = recognizer.model
+    source = alignment_source(ctx.cfg, ctx.exp_dir, "train")
+    transitions = read_model(Path(source) / "final.mdl", with_gmm=False)
+    if model.num_classes != transitions.num_pdfs:
+        raise DataError(
+            f"{ctx.exp_dir / ctx.cfg.decode.model}: {model.num_classes} output classes, but "
+            f"{source}/final.mdl has {transitions.num_pdfs} pdfs; retrain the model (stage 6) on "
+            "these alignments"
+        )
+    counts = class_counts(read_alignments(source), model.num_classes)
+    write_counts(ctx.exp_dir / "ali_train_pdf.counts", counts)
+    priors = log_priors(counts)
+    decoder = _decoder(ctx, load_graph_dir(last / "graph"), transitions)
+    subsample = int(getattr(model, "subsample", 1))
+    timings: dict[str, float] = {}
+
+    def hyps_at(name: str, data_dir: Path) -> Callable:
+        utts = recognizer.data_dir_utterances(data_dir)
+        lengths = {u.utt: u.feats.shape[0] for u in utts}
+        began = time.monotonic()
+        scores = {}
+        with torch.inference_mode():
+            for utt, out in recognizer.outputs(utts, "frame"):
+                post = out.log_softmax(dim=-1).numpy()
+                if subsample > 1:  # back to the alignments' frame rate
+                    post = np.repeat(post, subsample, axis=0)[: lengths[utt]]
+                scores[utt] = pdf_log_likelihoods(post, priors, prior_floor=ctx.cfg.wfst.prior_floor)
+        hyps = _lattice_hyps(decoder, scores, _grid(ctx))
+        frames = sum(lengths.values())
+        timings[f"{name}_rtf"] = round((time.monotonic() - began) / (frames * 0.01), 4)
+        return hyps
+
+    decode_sets(ctx, "hybrid", hyps_at, lambda name: ctx.exp_dir / f"decode_hybrid_{name}")
+    atomic_write(ctx.exp_dir / "decode_hybrid_timings.json", json.dumps(timings, indent=2) + "\n")
