@@ -76,15 +76,22 @@ class WfstConfig:
     """The ``wfst`` settings: decoding GMM and hybrid models through HCLG.
 
     Attributes:
-        beam / lattice_beam / max_active: lattice-faster decoder pruning (Kaldi's
-            ``decode.sh`` defaults: 13, 8, 7000).
+        beam / lattice_beam / max_active: decoder pruning (Kaldi's ``decode.sh`` defaults:
+            13, 8, 7000). Lattices come from Kaldi's lattice-simple decoder (the bindings'
+            only lattice-producing one, which has no ``max_active``); the best path alone
+            from its faster decoder.
         lm_weights: the LM weights swept on the tune set; the acoustic scale is their
             inverse (Kaldi's ``score.sh`` LMWT range).
         word_penalties: word insertion penalties swept with them.
         self_loop_scale / transition_scale: HCLG's transition probabilities (Kaldi: 0.1, 1.0).
-        prior_floor: the smallest class prior (hybrid models: a class seldom seen in the
-            training alignments would otherwise get a huge boost).
+        prior_floor: a pdf whose prior (its share of the training alignments' frames) is
+            below this is never chosen, as in Kaldi's nnet1 (its log-likelihood would
+            otherwise get a huge boost from a tiny prior).
         nj: parallel decoding jobs.
+        graph: the graph dir the hybrid model decodes through (``HCLG.fst``,
+            ``words.txt``); empty: the last GMM system's (``gmm/<system>/graph``). A Kaldi
+            graph dir (``exp/tri3/graph``) works too, for a model trained on that system's
+            alignments (``align.train=exp/tri3_ali``).
     """
 
     beam: float = 13.0
@@ -94,8 +101,9 @@ class WfstConfig:
     word_penalties: list[float] = field(default_factory=lambda: [0.0, 0.5, 1.0])
     self_loop_scale: float = 0.1
     transition_scale: float = 1.0
-    prior_floor: float = 1e-8
+    prior_floor: float = 1e-10
     nj: int = 2
+    graph: str = ""
 
     def check(self) -> None:
         problems = []

@@ -326,7 +326,7 @@ def _hybrid_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     "the BLSTM's log posteriors minus log priors decoded through the last GMM system's HCLG, "
     "weights swept on dev; decode_hybrid_<set>/",
     uses=("wfst", "decode"),
-    needs=(5, 6),
+    needs=(6,),
     pipelines=("hybrid",),
     on_skip=lambda ctx: _show(_hybrid_folders(ctx)),
     outputs=lambda ctx: [folder / "hyp" for _, folder, _ in _hybrid_folders(ctx)],
@@ -343,6 +343,8 @@ def hybrid_decode(ctx: StageContext) -> None:
     from asrkit.targets.forced_align import class_counts, log_priors, write_counts
 
     last = gmm_dir(ctx) / system_names(ctx)[-1]
+    if not ctx.cfg.wfst.graph and not (last / "graph" / "HCLG.fst").is_file():
+        raise DataError(f"{last / 'graph'}: no HCLG; run stage 5 (gmm_decode) first, or set wfst.graph")
     recognizer = stage_recognizer(ctx, ctx.cfg.decode.model)
     if recognizer.meta.get("objective") != "ce":
         raise ConfigError(
@@ -360,7 +362,7 @@ def hybrid_decode(ctx: StageContext) -> None:
     counts = class_counts(read_alignments(source), model.num_classes)
     write_counts(ctx.exp_dir / "ali_train_pdf.counts", counts)
     priors = log_priors(counts)
-    decoder = _decoder(ctx, load_graph_dir(last / "graph"), transitions)
+    decoder = _decoder(ctx, load_graph_dir(ctx.cfg.wfst.graph or last / "graph"), transitions)
     subsample = int(getattr(model, "subsample", 1))
     timings: dict[str, float] = {}
 
