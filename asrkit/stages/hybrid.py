@@ -163,7 +163,7 @@ def _register_train() -> None:
             "align",
             "pipeline",
         ),
-        needs=(2, 4),
+        needs=(2, 3, 4),
         pipelines=("hybrid",),
         outputs=lambda ctx: [ctx.exp_dir / "model.pt"],
     )(train)
