@@ -1,9 +1,11 @@
-"""Test helpers: seeded synthetic audio and data dirs laid out like the real corpora, and
-running the CLI and a tiny recipe in a subprocess."""
+"""Test helpers: seeded synthetic audio and data dirs laid out like the real corpora, small
+data dirs of real AN4 speech, running the CLI (in a subprocess or in this process) and a
+tiny recipe, and the check that a user mistake ends as one error line."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +61,52 @@ def make_an4_corpus(root: Path, layout: str) -> Path:
     return root
 
 
+def make_an4_subset(data_root: Path, *, train: int = 120, dev: int = 10, test: int = 10) -> Path:
+    """Real speech: three data dirs of AN4 utterances (``SHARED_AN4``, raw layout) under
+    ``data_root``, as wav files made with numpy + soundfile (no sox).
+
+    ``train + dev`` utterances are taken evenly spaced through AN4's training list in sorted
+    (speaker-first) id order, so that they span its speakers, and every
+    ``(train + dev) // dev``-th of them is held out as ``train_dev``; ``test`` is ``test``
+    utterances evenly spaced through the test list. Ids are ``<spk>-<corpus id>`` and
+    transcripts lose ``<s>``/``</s>``, as AN4's own preparation writes them. Returns
+    ``data_root``.
+    """
+
+    def utterances(stem: str) -> list[tuple[str, Path, str, str]]:
+        etc = SHARED_AN4 / "etc"
+        texts = {}
+        for line in (etc / f"{stem}.transcription").read_text().splitlines():
+            match = re.fullmatch(r"(?P<words>.*)\((?P<id>[^()\s]+)\)\s*", line.strip())
+            if match:
+                words = [w for w in match["words"].split() if w not in ("<s>", "</s>")]
+                texts[match["id"]] = " ".join(words)
+        found = []
+        for fileid in (etc / f"{stem}.fileids").read_text().split():
+            spk, corpus_id = fileid.split("/")[-2:]
+            found.append((f"{spk}-{corpus_id}", SHARED_AN4 / "wav" / f"{fileid}.raw", spk, texts[corpus_id]))
+        return sorted(found)
+
+    def write(name: str, chosen: list[tuple[str, Path, str, str]]) -> None:
+        audio = data_root / "audio" / name
+        audio.mkdir(parents=True, exist_ok=True)
+        wav_scp, utt2spk, text = {}, {}, {}
+        for utt, raw, spk, words in chosen:
+            wav = audio / f"{utt}.wav"
+            soundfile.write(wav, np.fromfile(raw, dtype=">i2").astype(np.int16), 16000, subtype="PCM_16")
+            wav_scp[utt], utt2spk[utt], text[utt] = str(wav), spk, words
+        write_data_dir(data_root / name, DataDir(wav_scp=wav_scp, utt2spk=utt2spk, text=text))
+
+    pool = utterances("an4_train")
+    pool = pool[:: len(pool) // (train + dev)][: train + dev]
+    held_out = set(pool[:: len(pool) // dev][:dev])
+    write("train", [u for u in pool if u not in held_out])
+    write("train_dev", sorted(held_out))
+    tests = utterances("an4_test")
+    write("test", tests[:: len(tests) // test][:test])
+    return data_root
+
+
 def make_data_dir(path: Path, *, utts: int = 4, rate: int = 16000, seed: int = 0) -> DataDir:
     """A valid Kaldi data dir of ``utts`` wav files (two speakers)."""
     audio_dir = path / "audio"
@@ -87,6 +135,33 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
         timeout=600,
         check=False,
     )
+
+
+def run_main(argv: list[str], capfd: Any) -> subprocess.CompletedProcess:
+    """``asrkit ARGV`` in this process through ``asrkit.cli.main.main`` (no interpreter and
+    torch start-up); output captured by pytest's ``capfd``. An exception escaping ``main``
+    fails the calling test."""
+    from asrkit.cli.main import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
+    """A user mistake's ending: exit status 2, no traceback, nothing on stdout, exactly one
+    ``asrkit: error:`` line on stderr, holding every needle; returns that line."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stdout == "", result.stdout[-3000:]
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("asrkit: error:")]
+    assert len(lines) == 1, result.stderr[-3000:]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
 
 
 def tiny_recipe(tmp_path: Path, *extra: str, stop_stage: int = 5) -> subprocess.CompletedProcess:

@@ -564,6 +564,46 @@ def _(w: Work):
     return w.config("model.size=huge"), ["model.size", "huge"]
 
 
+# --- the hybrid pipeline (its cases on real speech: test_hybrid_stages.py) --------------
+
+
+@case("config-unknown-pipeline")
+def _(w: Work):
+    return w.config("pipeline=nonsense", own_process=True), ["pipeline='nonsense'", "choose ctc or hybrid"]
+
+
+@case("config-hybrid-with-ctc-objective")
+def _(w: Work):
+    return w.config("pipeline=hybrid", "objective=ctc"), [
+        "pipeline=hybrid",
+        "frame cross-entropy",
+        "set objective=ce",
+    ]
+
+
+@case("config-hybrid-no-lm-weights")
+def _(w: Work):
+    return w.config("pipeline=hybrid", "objective=ce", "wfst.lm_weights=[]"), [
+        "wfst.lm_weights=[]",
+        "at least one",
+    ]
+
+
+@case("config-hybrid-phone-units-without-lexicon")
+def _(w: Work):
+    no_lexicon = ("pipeline=hybrid", "objective=ce", "tokenizer=phone", "data.lexicon=", "tokenizer.lexicon=")
+    return w.config(*no_lexicon), ["tokenizer=phone needs tokenizer.lexicon"]
+
+
+@case("hybrid-gmm-without-lexicon")
+def _(w: Work):
+    # Character units need no lexicon, the GMM stage does: it stops before writing gmm/.
+    w.raw_data()
+    run = w.stage(4, "pipeline=hybrid", "objective=ce", "data.lexicon=", "tokenizer.lexicon=")
+    run.absent = (*run.absent, "exp/gmm")
+    return run, ["pipeline=hybrid needs a pronunciation lexicon", "set data.lexicon"]
+
+
 # --- checkpoints and models -------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from asrkit.bench.convergence import bench_convergence
 from asrkit.bench.data import bench_data
 from asrkit.bench.decoding import bench_decoding
 from asrkit.bench.features import bench_features
+from asrkit.bench.hybrid import bench_hybrid
 from asrkit.bench.scoring import bench_scoring
 from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
@@ -27,6 +28,7 @@ BENCHMARKS: dict[str, Callable[..., dict]] = {
     "strategies": bench_strategies,
     "convergence": bench_convergence,
     "data": bench_data,
+    "hybrid": bench_hybrid,
 }
 
 #: Smaller settings for ``asrkit bench --quick`` (a few minutes in all on 2 cores).
@@ -39,6 +41,7 @@ QUICK: dict[str, dict] = {
     "strategies": {"utterances": 64, "epochs": 2},
     "convergence": {"quick": True},
     "data": {"hours": (1.0, 10.0), "steps": 20, "loader_seconds": 5.0},
+    "hybrid": {"quick": True},
 }
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "bench_data",
     "bench_decoding",
     "bench_features",
+    "bench_hybrid",
     "bench_scoring",
     "bench_strategies",
     "bench_trainer",

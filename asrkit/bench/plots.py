@@ -2,7 +2,8 @@
 
 :func:`plot` draws ``<out_dir>/<name>.png`` for a benchmark's result dict: bars of each
 side against its same-run baseline, or, for ``convergence``, dev loss against training
-time per strategy.
+time per strategy; for ``hybrid``, GMM training seconds per stage beside the decoding
+real-time factors.
 """
 
 from __future__ import annotations
@@ -76,6 +77,22 @@ def plot(name: str, result: dict, out_dir: str | Path) -> Path | None:
                 "real-time factor",
                 "fbank extraction (knf = kaldi-native-fbank)",
             )
+        elif name == "hybrid":
+            fig.clf()
+            fig.set_size_inches(10, 4)
+            left, right = fig.subplots(1, 2)
+            stages = {k: v for k, v in result["training_s"].items() if k != "total"}
+            _bars(left, list(stages), list(stages.values()), "seconds", "GMM training per stage")
+            rtfs = {
+                label: part[key]
+                for label, part, key in (
+                    ("GMM", result["gmm_decoding"], "total_rtf"),
+                    ("hybrid BLSTM", result["hybrid_decoding"], "total_rtf"),
+                    ("CTC beam + LM", result["ctc_decoding"], "beam_lm_total_rtf"),
+                )
+                if key in part  # a skipped part has only its reason
+            }
+            _bars(right, list(rtfs), list(rtfs.values()), "real-time factor", "decoding, same utterances")
         else:
             return None
         fig.tight_layout()

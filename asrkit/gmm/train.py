@@ -22,6 +22,7 @@ ids), ``num_jobs``, ``phones.txt``, ``log``-able ``train.json``.
 from __future__ import annotations
 
 import gzip
+import heapq
 import json
 import logging
 import multiprocessing
@@ -53,6 +54,7 @@ from asrkit.gmm.tree import (
 )
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class GmmSystem:
@@ -280,6 +282,7 @@ def _update(
     *,
     mix_up: int,
     power: float,
+    rng: np.random.Generator,
     min_gaussian_occupancy: float = 10.0,
 ) -> None:
     """``gmm-est``: ML update of the GMMs (and transitions), then mixing up to ``mix_up``."""
@@ -288,8 +291,64 @@ def _update(
     if trans_stats is not None:
         system.trans_model.mle_update(trans_stats[:, None], khg.MleTransitionUpdateConfig())
     if mix_up > system.am.num_gauss:
-        occs = np.array([acc.get_acc(p).occupancy.sum() for p in range(system.am.num_pdfs)], dtype=np.float32)
-        system.am.split_by_count(occs[:, None], mix_up, 0.01, power, 20.0)
+        occs = np.array([acc.get_acc(p).occupancy.sum() for p in range(system.am.num_pdfs)])
+        mix_up_gmms(system.am, occs, mix_up, power=power, rng=rng)
+
+
+def split_targets(occs: np.ndarray, target: int, *, power: float, min_count: float) -> np.ndarray:
+    """Gaussians per state when mixing up to ``target`` in all (Kaldi's ``GetSplitTargets``):
+    each extra Gaussian goes to the state with the most ``occupancy ** power`` per Gaussian,
+    while a state keeps at least ``min_count`` frames per Gaussian."""
+    weight = np.power(np.maximum(occs, 0.0), power)
+    counts = np.ones(len(occs), dtype=np.int64)
+    heap = [(-weight[i], i) for i in range(len(occs))]
+    heapq.heapify(heap)
+    total = len(occs)
+    while total < target and heap:
+        _, i = heapq.heappop(heap)
+        if occs[i] / (counts[i] + 1) < min_count:
+            continue  # this state has too little data for another Gaussian
+        counts[i] += 1
+        total += 1
+        heapq.heappush(heap, (-weight[i] / counts[i], i))
+    return counts
+
+
+def mix_up_gmms(
+    am: khg.AmDiagGmm,
+    occs: np.ndarray,
+    target: int,
+    *,
+    power: float,
+    rng: np.random.Generator,
+    min_count: float = 20.0,
+    perturb: float = 0.01,
+) -> None:
+    """Kaldi's ``AmDiagGmm::SplitByCount`` with asrkit's seeded generator (the bindings'
+    own draws from ``std::random_device``, so two runs would differ): each state's heaviest
+    Gaussian is split in two, half the weight each, means moved apart by ``perturb``
+    standard deviations in a random direction, until it has its share of ``target``."""
+    targets = split_targets(occs, target, power=power, min_count=min_count)
+    for pdf in range(am.num_pdfs):
+        gmm = am.get_pdf(pdf)
+        have = gmm.num_gauss
+        if targets[pdf] <= have:
+            continue
+        weights = np.array(gmm.weights, dtype=np.float64)
+        means = np.array(gmm.means, dtype=np.float64)
+        variances = np.array(gmm.vars, dtype=np.float64)
+        for _ in range(int(targets[pdf]) - have):
+            k = int(np.argmax(weights))
+            weights[k] /= 2
+            shift = perturb * np.sqrt(variances[k]) * rng.standard_normal(means.shape[1])
+            weights = np.append(weights, weights[k])
+            means = np.vstack([means, means[k] + shift])
+            means[k] -= shift
+            variances = np.vstack([variances, variances[k]])
+        gmm.resize(len(weights), means.shape[1])
+        gmm.set_invvars_and_means((1.0 / variances).astype(np.float32), means.astype(np.float32))
+        gmm.set_weights(weights.astype(np.float32))
+        gmm.compute_gconsts()
 
 
 def _gauss_schedule(start: int, target: int, iters: int) -> list[int]:
@@ -307,8 +366,11 @@ def train_mono(
     cfg: GmmConfig,
     *,
     where: str = "text",
+    seed: int = 0,
 ) -> tuple[GmmSystem, AlignResult]:
-    """Kaldi's ``train_mono.sh``: a monophone system and its final alignment of ``texts``."""
+    """Kaldi's ``train_mono.sh``: a monophone system and its final alignment of ``texts``
+    (bitwise the same for the same ``seed``, which drives the mixing-up)."""
+    rng = np.random.default_rng(seed)
     topo = lang.topology()
     phones = lang.real_phones
     ctx_dep = khg.monophone_context_dependency(phones, _phone2num_pdf_classes(topo, phones))
@@ -351,6 +413,7 @@ def train_mono(
             trans_stats,
             mix_up=schedule[it],
             power=cfg.power,
+            rng=rng,
             min_gaussian_occupancy=3.0 if it == 0 else 10.0,
         )
         log.info(
@@ -376,11 +439,13 @@ def train_triphone(
     num_leaves: int,
     num_gauss: int,
     where: str = "text",
+    seed: int = 0,
 ) -> tuple[GmmSystem, AlignResult, Tree]:
     """Kaldi's ``train_deltas.sh``: a tree from ``previous``'s alignment, a triphone system
     with at most ``num_leaves`` tied states and ``num_gauss`` Gaussians, and its final
     alignment of ``texts``."""
     began = time.monotonic()
+    rng = np.random.default_rng(seed)
     stats = accumulate_tree_stats(previous.trans_model, ((alignments[u], feats(u)) for u in alignments))
     roots = read_roots(lang.path / "phones" / "roots.txt")
     questions = make_questions(
@@ -412,7 +477,7 @@ def train_triphone(
         if it == 0 or it in cfg.tri_realign:
             result = align(system, feats, graphs, cfg, where=where)
         acc, trans_stats, like, frames = _accumulate(system, feats, result.alignments)
-        _update(system, acc, trans_stats, mix_up=schedule[it], power=0.2)
+        _update(system, acc, trans_stats, mix_up=schedule[it], power=0.2, rng=rng)
         log.info(
             "triphone iteration %d: log-likelihood per frame %.3f over %d frames, %d Gaussians (%.0f s)",
             it + 1,

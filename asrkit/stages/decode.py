@@ -241,7 +241,12 @@ def sweep(
     best = min(results)
     atomic_write(out_dir / "best_wer", f"{best[3]} {out_dir / f'wer_{best[1]:g}_{best[2]:g}'}\n")
     log.info(
-        "%s: best of %d settings: lm_weight=%g word_score=%g, %s", name, len(grid), best[1], best[2], best[3]
+        "%s: best of %d settings: %g / %g (lm weight / word score or penalty), %s",
+        name,
+        len(grid),
+        best[1],
+        best[2],
+        best[3],
     )
     return best[1], best[2]
 

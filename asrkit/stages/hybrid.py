@@ -66,7 +66,7 @@ def _gmm_sets(ctx: StageContext) -> list[str]:
     "gmm",
     "GMM-HMM systems (lang dir, MFCC+deltas, monophone, triphones) and the last one's "
     "alignments of the training and dev sets in gmm/",
-    uses=("gmm", "data", "tokenizer"),
+    uses=("gmm", "data", "tokenizer", "features", "seed"),
     needs=(1,),
     pipelines=("hybrid",),
     outputs=lambda ctx: [
@@ -97,7 +97,7 @@ def gmm(ctx: StageContext) -> None:
     timings: dict[str, float] = {"features": round(time.monotonic() - began, 1)}
 
     began = time.monotonic()
-    system, result = train_mono(lang, feats, texts, cfg, where=where)
+    system, result = train_mono(lang, feats, texts, cfg, where=where, seed=ctx.cfg.seed)
     write_alignment_dir(root / "mono", system, result)
     timings["mono"] = round(time.monotonic() - began, 1)
     log.info(
@@ -119,6 +119,7 @@ def gmm(ctx: StageContext) -> None:
             num_leaves=leaves,
             num_gauss=gauss,
             where=where,
+            seed=ctx.cfg.seed + k + 1,
         )
         name = f"tri{k + 1}"
         write_alignment_dir(root / name, system, result)
@@ -359,10 +360,10 @@ def hybrid_decode(ctx: StageContext) -> None:
             f"{source}/final.mdl has {transitions.num_pdfs} pdfs; retrain the model (stage 6) on "
             "these alignments"
         )
+    decoder = _decoder(ctx, load_graph_dir(ctx.cfg.wfst.graph or last / "graph"), transitions)
     counts = class_counts(read_alignments(source), model.num_classes)
     write_counts(ctx.exp_dir / "ali_train_pdf.counts", counts)
     priors = log_priors(counts)
-    decoder = _decoder(ctx, load_graph_dir(ctx.cfg.wfst.graph or last / "graph"), transitions)
     subsample = int(getattr(model, "subsample", 1))
     timings: dict[str, float] = {}
 

@@ -1,0 +1,498 @@
+"""Hybrid pipeline speed: GMM training per stage, HCLG build, and decoding real-time factors
+next to the CTC beam search's, all measured in one run on one thread.
+
+Three parts, each timed with the library's own functions (those of stages 4, 5 and 7 of
+``pipeline=hybrid``):
+
+1. GMM training on a training data dir (default: the AN4 recipe's ``data/train``) with the
+   :class:`~asrkit.gmm.config.GmmConfig` defaults (``quick``: fewer iterations): the lang
+   dir, MFCC + CMVN + delta features, the monophone system, the decision tree, the triphone
+   system and a Viterbi alignment of the training set with it. The tree is built once on its
+   own (timed as ``tree``) and again inside :func:`~asrkit.gmm.train.train_triphone`, which
+   takes no ready tree: ``triphone`` includes that second build, its per-iteration figures
+   leave it out. Figures within the run: each stage's seconds; per iteration (a stage's
+   seconds over its rounds, realignments and the final alignment included) seconds and
+   training frames per second; the alignment's and the features' real-time factors; the
+   tree build against one monophone iteration.
+2. HCLG (:func:`~asrkit.gmm.graph.make_graph`) for the monophone and the (last) triphone
+   system with the AN4 LM (stage 3's ``lang/lm.arpa`` of the hybrid or the CTC experiment),
+   G built once beforehand; seconds and graph sizes.
+3. Decoding the same utterances (default: the AN4 test set): (a) this run's triphone
+   system, GMM log-likelihoods and a lattice search through its HCLG; (b) a trained hybrid
+   experiment (``recipes/an4/exp/an4_hybrid``): the BLSTM's forward pass, log-prior
+   subtraction and the same search through its own HCLG; (c) the CTC demo experiment's
+   forward pass and beam search + lexicon + LM (:func:`~asrkit.bench.decoding.bench_decoding`).
+   (b) and (c) are skipped, with the reason in the result, when their experiment is not
+   there. Each real-time factor is seconds of compute per second of audio; reading features
+   is outside the timed part for all three (the GMM's MFCC extraction of the set is reported
+   apart as ``features_rtf``). The lattice search is the one stages 5 and 7 run; its best path
+   is taken at the LM weight and word penalty the hybrid experiment's stage 5 (GMM) or 7
+   (hybrid) chose, when recorded (else ``1 / acoustic_scale`` and 0), and scored when the
+   data dir has a ``text``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from asrkit.data.datadir import read_data_dir, read_kaldi_map
+from asrkit.errors import ConfigError
+from asrkit.gmm.config import GmmConfig, WfstConfig
+
+DEFAULT_HYBRID_EXP = "recipes/an4/exp/an4_hybrid"
+DEFAULT_CTC_EXP = "recipes/an4/exp/an4_fbank_demo"
+DEFAULT_TRAIN = "recipes/an4/data/train"
+
+#: ``quick``: fewer training rounds (the Gaussian targets stay), realigning in proportion.
+QUICK_GMM: dict[str, Any] = {
+    "mono_iters": 10,
+    "mono_realign": [1, 2, 3, 4, 6, 8],
+    "tri_iters": 10,
+    "tri_realign": [5],
+}
+
+_PREPARE = "run recipes/an4/run.sh --stop-stage 1 first (it prepares the AN4 data dirs)"
+
+
+def _default_lexicon() -> Path:
+    """AN4's dictionary where ``conf/data/an4.yaml`` finds it (``../shared`` beside the checkout)."""
+    from asrkit.config import PROJECT_ROOT
+
+    return PROJECT_ROOT.parent / "shared" / "data" / "an4" / "etc" / "an4.dic"
+
+
+def _check_data_dir(path: Path, what: str) -> None:
+    for name in ("wav.scp", "text", "utt2spk"):
+        if not (path / name).is_file():
+            raise ConfigError(f"{path}/{name}: not found; the {what} data dir needs it ({_PREPARE})")
+
+
+def _find_lm(lm: str | Path | None, exp_dirs: list[Path]) -> Path:
+    if lm is not None:
+        if not Path(lm).is_file():
+            raise ConfigError(f"{lm}: no ARPA LM there; give the stage-3 LM (exp/<name>/lang/lm.arpa)")
+        return Path(lm)
+    for exp_dir in exp_dirs:
+        if (exp_dir / "lang" / "lm.arpa").is_file():
+            return exp_dir / "lang" / "lm.arpa"
+    raise ConfigError(
+        f"no AN4 LM for HCLG: none of {', '.join(str(e / 'lang' / 'lm.arpa') for e in exp_dirs)} "
+        "exists; run the recipe's stage 3 (recipes/an4/run.sh --stop-stage 3), or pass lm="
+    )
+
+
+def _setting(paths: list[Path], acoustic_scale: float) -> dict[str, float]:
+    """The LM weight and word penalty a decoding stage chose (its ``setting`` file)."""
+    for path in paths:
+        fields = dict(item.split("=") for item in path.read_text().split())
+        return {"lm_weight": float(fields["lm_weight"]), "word_penalty": float(fields["word_penalty"])}
+    return {"lm_weight": round(1.0 / acoustic_scale, 3), "word_penalty": 0.0}
+
+
+def _frames(data_dir: Path, fallback: Path) -> dict[str, int]:
+    source = data_dir if (data_dir / "utt2num_frames").is_file() else fallback
+    return {utt: int(n) for utt, n in read_kaldi_map(source / "utt2num_frames").items()}
+
+
+def _frame_shift(data_dir: Path) -> float:
+    return float((data_dir / "frame_shift").read_text()) if (data_dir / "frame_shift").is_file() else 0.01
+
+
+def _wer(data_dir: Path, hyps: dict[str, list[str]]) -> float | None:
+    if not (data_dir / "text").is_file():
+        return None
+    from asrkit.scoring.wer import read_text, score_texts
+
+    ref = read_text(data_dir / "text")
+    return round(score_texts(ref, {u: h for u, h in hyps.items() if u in ref}).words.wer, 2)
+
+
+@contextlib.contextmanager
+def _work(work_dir: str | Path | None) -> Iterator[Path]:
+    if work_dir is not None:
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
+        yield Path(work_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="asrkit-bench-hybrid-") as tmp:
+        yield Path(tmp)
+
+
+# ---------------------------------------------------------------- 1. GMM training
+
+
+def _train(
+    train_dir: Path, lexicon: Path, cfg: GmmConfig, work: Path, *, threads: int
+) -> tuple[dict[str, Any], Any, Any, Any]:
+    """Every training stage timed; returns ``(figures, lang, mono system, last system)``."""
+    from asrkit.features.extractors import FeatureConfig
+    from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
+    from asrkit.gmm.lang import prepare_lang
+    from asrkit.gmm.train import GraphCompiler, align, train_mono, train_triphone, write_alignment_dir
+    from asrkit.gmm.tree import accumulate_tree_stats, build_tree, make_questions, read_phone_sets, read_roots
+    from asrkit.targets.phones import read_pronunciations
+
+    where = str(train_dir / "text")
+    stages: dict[str, float] = {}
+    began = time.perf_counter()
+
+    t = time.perf_counter()
+    lang = prepare_lang(read_pronunciations(lexicon), work / "lang")
+    stages["lang"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    # The MFCCs stage 4 computes: 23 mel bins, 13 cepstra, the recipe's other settings.
+    mfcc = FeatureConfig(kind="mfcc", num_mel_bins=23, num_ceps=13, nj=threads)
+    make_gmm_data_dir(train_dir, work / "data" / "train", work / "mfcc", mfcc)
+    feats = GmmFeatures(work / "data" / "train")
+    stages["features"] = time.perf_counter() - t
+    texts = read_data_dir(work / "data" / "train").text or {}
+    frames = sum(int(n) for n in read_kaldi_map(work / "data" / "train" / "utt2num_frames").values())
+
+    t = time.perf_counter()
+    mono, result = train_mono(lang, feats, texts, cfg, where=where)
+    stages["mono"] = time.perf_counter() - t
+
+    system, tree_s, tri_s = mono, 0.0, 0.0
+    for leaves, gauss in zip(cfg.tri_leaves, cfg.tri_gauss, strict=True):
+        # The tree alone, as train_triphone builds it first (same calls, same inputs).
+        t = time.perf_counter()
+        stats = accumulate_tree_stats(
+            system.trans_model, ((result.alignments[u], feats(u)) for u in result.alignments)
+        )
+        questions = make_questions(
+            stats,
+            extra_questions=read_phone_sets(lang.path / "phones" / "extra_questions.txt"),
+            num_pdf_classes=max(lang.topology().num_pdf_classes(p) for p in lang.real_phones),
+        )
+        tree = build_tree(
+            stats,
+            roots=read_roots(lang.path / "phones" / "roots.txt"),
+            questions=questions,
+            num_leaves=leaves,
+        )
+        tree_s += time.perf_counter() - t
+        t = time.perf_counter()
+        system, result, _ = train_triphone(
+            lang,
+            feats,
+            texts,
+            system,
+            result.alignments,
+            cfg,
+            num_leaves=leaves,
+            num_gauss=gauss,
+            where=where,
+        )
+        tri_s += time.perf_counter() - t
+    stages["tree"], stages["triphone"] = tree_s, tri_s
+
+    t = time.perf_counter()
+    graphs = GraphCompiler(system).compile(texts, where=where)
+    aligned = align(system, feats, graphs, cfg, where=where)
+    stages["align"] = time.perf_counter() - t
+    total = time.perf_counter() - began
+    write_alignment_dir(work / "ali_train", system, aligned)  # the hybrid network's targets
+
+    audio_s = frames * 0.01
+    tri_iters = cfg.tri_iters * len(cfg.tri_leaves)
+    mono_iter_s = stages["mono"] / cfg.mono_iters
+    tri_iter_s = (tri_s - tree_s) / tri_iters if tri_iters else 0.0
+    figures = {
+        "training_data": {
+            "dir": str(train_dir),
+            "utterances": len(texts),
+            "frames": frames,
+            "audio_s": round(audio_s, 1),
+            "mono_pdfs": mono.am.num_pdfs,
+            "triphone_pdfs": system.am.num_pdfs,
+            "triphone_gaussians": system.am.num_gauss,
+            "aligned": len(aligned.alignments),
+            "tree_leaves": tree.num_leaves,
+        },
+        "training_s": {**{k: round(v, 3) for k, v in stages.items()}, "total": round(total, 3)},
+        "per_iteration": {
+            "mono_s": round(mono_iter_s, 4),
+            "mono_frames_per_s": round(frames / mono_iter_s),
+            "triphone_s": round(tri_iter_s, 4),
+            "triphone_frames_per_s": round(frames / tri_iter_s) if tri_iter_s > 0 else None,
+        },
+        "features_rtf": round(stages["features"] / audio_s, 5),
+        "align_rtf": round(stages["align"] / audio_s, 5),
+        "tree_over_mono_iter": round(tree_s / mono_iter_s, 3),
+    }
+    return figures, lang, mono, system
+
+
+# ---------------------------------------------------------------- 2. HCLG
+
+
+def _graphs(lang: Any, systems: dict[str, Any], lm: Path, work: Path, wfst: WfstConfig) -> tuple[dict, dict]:
+    """G once, then HCLG per system; returns ``(figures, name -> GraphDir)``."""
+    from asrkit.gmm.graph import fst_size, make_g, make_graph
+
+    t = time.perf_counter()
+    g = make_g(lm, lang)
+    figures: dict[str, Any] = {"lm": str(lm), "g_s": round(time.perf_counter() - t, 3)}
+    figures["g_states"], figures["g_arcs"] = fst_size(g)
+    dirs = {}
+    for name, system in systems.items():
+        t = time.perf_counter()
+        dirs[name] = make_graph(
+            lang,
+            system.ctx_dep,
+            system.trans_model,
+            g,
+            work / name / "graph",
+            self_loop_scale=wfst.self_loop_scale,
+            transition_scale=wfst.transition_scale,
+        )
+        figures[f"{name}_s"] = round(time.perf_counter() - t, 3)
+        figures[f"{name}_states"], figures[f"{name}_arcs"] = fst_size(dirs[name].hclg)
+    figures["tri_over_mono"] = round(figures["tri_s"] / figures["mono_s"], 3)
+    return figures, dirs
+
+
+# ---------------------------------------------------------------- 3. decoding
+
+
+def _decoder(graph: Any, transitions: Any, wfst: WfstConfig, acoustic_scale: float) -> Any:
+    from asrkit.decoding.wfst import WfstDecoder
+
+    return WfstDecoder.from_graph_dir(
+        graph,
+        transitions,
+        beam=wfst.beam,
+        lattice_beam=wfst.lattice_beam,
+        max_active=wfst.max_active,
+        acoustic_scale=acoustic_scale,
+    )
+
+
+def _search(decoder: Any, scores: dict[str, Any], setting: dict[str, float]) -> dict[str, list[str]]:
+    """Stage 5/7's search: each utterance's lattice, its best path at ``setting``."""
+    combo = (setting["lm_weight"], setting["word_penalty"])
+    return {
+        utt: decoder.decode_with_scales(ll, [combo[0]], word_penalties=[combo[1]], utt=utt)[combo]
+        for utt, ll in scores.items()
+    }
+
+
+def _decode_gmm(
+    system: Any,
+    graph: Any,
+    data_dir: Path,
+    work: Path,
+    *,
+    wfst: WfstConfig,
+    acoustic_scale: float,
+    setting: dict[str, float],
+    threads: int,
+) -> tuple[dict[str, Any], float]:
+    """GMM scoring + lattice search of ``data_dir``; returns ``(figures, audio seconds)``."""
+    from asrkit.features.extractors import FeatureConfig
+    from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
+
+    t = time.perf_counter()
+    mfcc = FeatureConfig(kind="mfcc", num_mel_bins=23, num_ceps=13, nj=threads)
+    make_gmm_data_dir(data_dir, work / "data" / "test", work / "mfcc", mfcc)
+    features_s = time.perf_counter() - t
+    gmm_feats = GmmFeatures(work / "data" / "test")
+    feats = dict(gmm_feats)  # read before the clock starts, as the others' features are
+    frames = _frames(data_dir, work / "data" / "test")
+    audio_s = sum(frames.values()) * _frame_shift(data_dir)
+    decoder = _decoder(graph, system.trans_model, wfst, acoustic_scale)
+    t = time.perf_counter()
+    scores = {utt: system.log_likelihoods(x) for utt, x in feats.items()}
+    scoring_s = time.perf_counter() - t
+    t = time.perf_counter()
+    hyps = _search(decoder, scores, setting)
+    search_s = time.perf_counter() - t
+    return {
+        "utterances": len(feats),
+        "features_rtf": round(features_s / audio_s, 5),
+        "scoring_rtf": round(scoring_s / audio_s, 5),
+        "search_rtf": round(search_s / audio_s, 5),
+        "total_rtf": round((scoring_s + search_s) / audio_s, 5),
+        **setting,
+        "partial": decoder.num_partial,
+        "wer": _wer(data_dir, hyps),
+    }, audio_s
+
+
+def _decode_hybrid(exp_dir: Path, data_dir: Path, audio_s: float) -> dict[str, Any]:
+    """The hybrid BLSTM's forward pass + log-prior subtraction, then the lattice search
+    through its GMM system's HCLG (stage 7); ``{"skipped": why}`` without the experiment."""
+    run = "run recipes/an4/run.sh +experiment=an4_hybrid (stages 0-7)"
+    if not (exp_dir / "model.pt").is_file() or not (exp_dir / "config.yaml").is_file():
+        return {"skipped": f"{exp_dir}: no trained hybrid model (model.pt, config.yaml); {run}"}
+    import numpy as np
+    import torch
+
+    from asrkit.config import load_saved
+    from asrkit.decoding.recognizer import Recognizer
+    from asrkit.decoding.wfst import pdf_log_likelihoods
+    from asrkit.gmm.graph import load_graph_dir
+    from asrkit.gmm.model_io import read_model
+    from asrkit.stages.train import alignment_source
+    from asrkit.targets.alignments import read_alignments
+    from asrkit.targets.forced_align import class_counts, log_priors
+
+    cfg = load_saved(exp_dir / "config.yaml")
+    if cfg.pipeline != "hybrid":
+        raise ConfigError(
+            f"{exp_dir}: pipeline={cfg.pipeline}, not a hybrid experiment; pass exp_dir= of one"
+        )
+    last = f"tri{len(cfg.gmm.tri_leaves)}" if cfg.gmm.tri_leaves else "mono"
+    graph_dir = Path(cfg.wfst.graph) if cfg.wfst.graph else exp_dir / "gmm" / last / "graph"
+    if not (graph_dir / "HCLG.fst").is_file():
+        return {"skipped": f"{graph_dir}: no HCLG; run stage 5 (gmm_decode) of the hybrid recipe"}
+    recognizer = Recognizer(exp_dir, max_frames=12000)
+    if recognizer.meta.get("objective") != "ce":
+        raise ConfigError(f"{exp_dir}/model.pt: not a frame (CE) model; retrain it in stage 6")
+    model = recognizer.model
+    source = alignment_source(cfg, exp_dir, "train")
+    transitions = read_model(Path(source) / "final.mdl", with_gmm=False)
+    if model.num_classes != transitions.num_pdfs:
+        raise ConfigError(
+            f"{exp_dir}/model.pt: {model.num_classes} output classes, but {source}/final.mdl has "
+            f"{transitions.num_pdfs} pdfs; retrain the model (stage 6) on these alignments"
+        )
+    priors = log_priors(class_counts(read_alignments(source), model.num_classes))
+    decoder = _decoder(load_graph_dir(graph_dir), transitions, cfg.wfst, cfg.gmm.acoustic_scale)
+    setting = _setting(sorted(exp_dir.glob("decode_hybrid_*/setting")), cfg.gmm.acoustic_scale)
+    subsample = int(getattr(model, "subsample", 1))
+    utts = recognizer.data_dir_utterances(data_dir)
+    lengths = {u.utt: u.feats.shape[0] for u in utts}
+    t = time.perf_counter()
+    scores = {}
+    with torch.inference_mode():
+        for utt, out in recognizer.outputs(utts, "frame"):
+            post = out.log_softmax(dim=-1).numpy()
+            if subsample > 1:  # back to the alignments' frame rate
+                post = np.repeat(post, subsample, axis=0)[: lengths[utt]]
+            scores[utt] = pdf_log_likelihoods(post, priors, prior_floor=cfg.wfst.prior_floor)
+    forward_s = time.perf_counter() - t
+    t = time.perf_counter()
+    hyps = _search(decoder, scores, setting)
+    search_s = time.perf_counter() - t
+    return {
+        "exp_dir": str(exp_dir),
+        "graph": str(graph_dir),
+        "utterances": len(utts),
+        "forward_rtf": round(forward_s / audio_s, 5),
+        "search_rtf": round(search_s / audio_s, 5),
+        "total_rtf": round((forward_s + search_s) / audio_s, 5),
+        **setting,
+        "partial": decoder.num_partial,
+        "wer": _wer(data_dir, hyps),
+    }
+
+
+def _decode_ctc(exp_dir: Path, data_dir: Path, threads: int) -> dict[str, Any]:
+    """:func:`~asrkit.bench.decoding.bench_decoding`; ``{"skipped": why}`` without the experiment."""
+    missing = [p for p in ("model.pt", "lang/lexicon.txt", "lang/lm.arpa") if not (exp_dir / p).is_file()]
+    if missing:
+        return {"skipped": f"{exp_dir}: no {', '.join(missing)}; run make demo (recipes/an4/run.sh)"}
+    from asrkit.bench.decoding import bench_decoding
+
+    return bench_decoding(data_dir, exp_dir=exp_dir, threads=threads)
+
+
+def _ratio(a: dict, key_a: str, b: dict, key_b: str) -> float | None:
+    if key_a not in a or key_b not in b:
+        return None  # a part was skipped (its reason is in the result)
+    return round(a[key_a] / b[key_b], 3)
+
+
+def bench_hybrid(
+    data_dir: str | Path,
+    *,
+    train_dir: str | Path = DEFAULT_TRAIN,
+    exp_dir: str | Path = DEFAULT_HYBRID_EXP,
+    ctc_exp_dir: str | Path = DEFAULT_CTC_EXP,
+    lexicon: str | Path | None = None,
+    lm: str | Path | None = None,
+    gmm: GmmConfig | None = None,
+    wfst: WfstConfig | None = None,
+    quick: bool = False,
+    threads: int = 1,
+    work_dir: str | Path | None = None,
+) -> dict:
+    """GMM training time per stage, HCLG build time, and GMM / hybrid / CTC decoding
+    real-time factors of ``data_dir``'s utterances, in one run (see the module docstring).
+
+    Args:
+        data_dir: the data dir decoded (``wav.scp``, ``text``; ``feats.scp`` of the
+            experiments' features, or they are computed from the audio).
+        train_dir: the data dir the GMM systems train on.
+        exp_dir: a trained hybrid experiment (part b; skipped when absent).
+        ctc_exp_dir: a trained CTC experiment with stage 3's lexicon and LM (part c; skipped
+            when absent).
+        lexicon: the pronunciation lexicon; None: AN4's ``etc/an4.dic``.
+        lm: the ARPA LM for HCLG; None: ``lang/lm.arpa`` of ``exp_dir``, else of ``ctc_exp_dir``.
+        gmm: the GMM settings; None: the defaults (``quick``: :data:`QUICK_GMM` rounds).
+            ``nj`` is set to ``threads``.
+        wfst: the decoder and HCLG settings for this run's systems; None: the defaults.
+        quick: fewer training rounds when ``gmm`` is None.
+        threads: torch threads, alignment and feature jobs.
+        work_dir: where the lang dir, features, systems and graphs go (kept); None: a
+            temporary dir, removed.
+
+    Raises:
+        ConfigError: a missing data dir, lexicon or LM, naming what to run.
+    """
+    data_dir, train_dir = Path(data_dir), Path(train_dir)
+    exp_dir, ctc_exp_dir = Path(exp_dir), Path(ctc_exp_dir)
+    _check_data_dir(train_dir, "training")
+    _check_data_dir(data_dir, "test")
+    lexicon = Path(lexicon) if lexicon is not None else _default_lexicon()
+    if not lexicon.is_file():
+        raise ConfigError(f"{lexicon}: no pronunciation lexicon there; pass lexicon= (AN4's etc/an4.dic)")
+    lm = _find_lm(lm, [exp_dir, ctc_exp_dir])
+    cfg = gmm if gmm is not None else replace(GmmConfig(), **(QUICK_GMM if quick else {}))
+    cfg = replace(cfg, nj=threads)
+    cfg.check()
+    if not cfg.tri_leaves:
+        raise ConfigError("gmm.tri_leaves is empty: the benchmark times a triphone pass; give at least one")
+    wfst = wfst or WfstConfig()
+
+    import torch
+
+    torch.set_num_threads(threads)
+    with _work(work_dir) as work:
+        training, lang, mono, last = _train(train_dir, lexicon, cfg, work, threads=threads)
+        graphs, graph_dirs = _graphs(lang, {"mono": mono, "tri": last}, lm, work, wfst)
+        setting = _setting(sorted(exp_dir.glob("gmm/tri*/decode_*/setting")), cfg.acoustic_scale)
+        gmm_decoding, audio_s = _decode_gmm(
+            last,
+            graph_dirs["tri"],
+            data_dir,
+            work,
+            wfst=wfst,
+            acoustic_scale=cfg.acoustic_scale,
+            setting=setting,
+            threads=threads,
+        )
+    hybrid = _decode_hybrid(exp_dir, data_dir, audio_s)
+    ctc = _decode_ctc(ctc_exp_dir, data_dir, threads)
+    return {
+        "threads": threads,
+        "test_audio_s": round(audio_s, 1),
+        "gmm": {
+            k: getattr(cfg, k) for k in ("mono_iters", "mono_gauss", "tri_leaves", "tri_gauss", "tri_iters")
+        },
+        **training,
+        "graphs": graphs,
+        "gmm_decoding": gmm_decoding,
+        "hybrid_decoding": hybrid,
+        "ctc_decoding": ctc,
+        "hybrid_over_ctc": _ratio(hybrid, "total_rtf", ctc, "beam_lm_total_rtf"),
+        "gmm_over_ctc": _ratio(gmm_decoding, "total_rtf", ctc, "beam_lm_total_rtf"),
+        "hybrid_over_gmm": _ratio(hybrid, "total_rtf", gmm_decoding, "total_rtf"),
+    }
