@@ -64,7 +64,10 @@ log = logging.getLogger(__name__)
 #: Words of an ARPA LM that ``arpa2fst`` turns into epsilons or the start state.
 SENTENCE_MARKS = ("<s>", "</s>")
 
-_FIX_GRAPH = "run the hybrid recipe's stage 5 (gmm_decode) again, or set wfst.graph to a graph dir with HCLG.fst and words.txt"
+_FIX_GRAPH = (
+    "run the hybrid recipe's stage 5 (gmm_decode) again, or set wfst.graph to a graph dir "
+    "with HCLG.fst and words.txt"
+)
 
 _ARPA2FST = """
 import sys
