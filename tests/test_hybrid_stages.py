@@ -272,6 +272,23 @@ def test_stage_records_and_a_rerun_skips_every_stage(hybrid: Hybrid) -> None:
     assert model.stat().st_mtime_ns == before
 
 
+def test_transcribe_a_hybrid_experiment_agrees_with_its_decoding_stage(hybrid: Hybrid) -> None:
+    settings = json.loads((hybrid.exp / "hybrid_decoding.json").read_text())
+    assert settings["tuned_on"] == "train_dev" and settings["lm_weight"] in (9.0, 11.0)
+    wav_scp = dict(
+        line.split(maxsplit=1) for line in (hybrid.data / "test" / "wav.scp").read_text().splitlines()
+    )
+    utts = sorted(wav_scp)
+    result = run_cli("transcribe", str(hybrid.exp), *(wav_scp[u] for u in utts))
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [wav_scp[u] for u in utts]
+    got = {u: line.split("\t", 1)[1] for u, line in zip(utts, lines, strict=True)}
+    hyp_file = hybrid.exp / "decode_hybrid_test" / "hyp"
+    want = dict((line.split(maxsplit=1) + [""])[:2] for line in hyp_file.read_text().splitlines())
+    assert got == want
+
+
 def test_ctc_pipeline_trains_on_the_gmm_alignment_dir(hybrid: Hybrid, tmp_path: Path) -> None:
     """``align.train=<gmm/ali_train>`` in the ctc pipeline: read as a Kaldi GMM dir
     (transition-ids beside final.mdl), the network gets one output per pdf."""

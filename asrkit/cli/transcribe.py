@@ -7,12 +7,14 @@ import sys
 from collections import defaultdict
 
 import numpy as np
+import torch
 
 from asrkit.data.audio import load_audio_file
 from asrkit.data.batch import Utterance
 from asrkit.data.io import atomic_write
 from asrkit.decoding.combine import CombinationSettings, CombinedRecognizer
 from asrkit.decoding.config import METHODS
+from asrkit.decoding.hybrid import HYBRID_SETTINGS, HybridRecognizer, HybridSettings
 from asrkit.decoding.recognizer import DecodeSettings, Recognizer, check_exp_dir
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError
@@ -35,12 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", default="model.pt", help="model bundle inside EXP_DIR")
     parser.add_argument(
         "--decode",
-        choices=("auto", *METHODS, "combined"),
+        choices=("auto", *METHODS, "combined", "hybrid"),
         default="auto",
         help="search: greedy, beam (no LM), beam_lm (lexicon + LM), combined (every system "
-        "stage 8 combined, EXP_DIR/combination.json); auto (default) = combined when stage 8 "
-        "ran, else what the decoding stage ran and tuned (EXP_DIR/decoding.json), greedy "
-        "when it ran none",
+        "stage 8 combined, EXP_DIR/combination.json), hybrid (a hybrid experiment's frame model "
+        "through its HCLG, EXP_DIR/hybrid_decoding.json); auto (default) = hybrid or combined "
+        "when that stage ran, else what the decoding stage ran and tuned "
+        "(EXP_DIR/decoding.json), greedy when it ran none",
     )
     parser.add_argument(
         "--ctm",
@@ -69,7 +72,15 @@ def _transcribe(args: argparse.Namespace) -> int:
         pick_device("cuda")  # a clear error where no GPU is visible
     recognizer = Recognizer(args.exp_dir, model=args.model, device=args.device)
     method = args.decode
-    if method == "auto" and CombinationSettings.load(args.exp_dir) is not None:
+    hybrid = HybridSettings.load(args.exp_dir)
+    if method == "hybrid" and hybrid is None:
+        raise ConfigError(
+            f"{args.exp_dir}: no {HYBRID_SETTINGS}; --decode hybrid needs a hybrid experiment whose "
+            "stage 7 (decode) ran"
+        )
+    if method == "auto" and hybrid is not None:
+        method = "hybrid"
+    elif method == "auto" and CombinationSettings.load(args.exp_dir) is not None:
         method = "combined"
     elif method == "auto":
         tuned = DecodeSettings.load(args.exp_dir)
@@ -77,6 +88,9 @@ def _transcribe(args: argparse.Namespace) -> int:
     if method == "combined":
         combined = CombinedRecognizer.load(args.exp_dir, device=args.device)
         recognizers = combined.recognizers  # the first is EXP_DIR's own model
+    elif method == "hybrid":
+        assert hybrid is not None
+        return _transcribe_hybrid(args, recognizer, hybrid)
     else:
         recognizers = [recognizer]
         search = recognizer.search(method)
@@ -116,6 +130,30 @@ def _transcribe(args: argparse.Namespace) -> int:
             ctm += [f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times]
     if args.ctm:
         atomic_write(args.ctm, "".join(ctm))
+    return 0
+
+
+def _transcribe_hybrid(args: argparse.Namespace, recognizer: Recognizer, settings: HybridSettings) -> int:
+    if args.ctm:
+        raise ConfigError("--ctm: word times come from the CTC alignment; a hybrid model has none yet")
+    hybrid = HybridRecognizer(
+        args.exp_dir, settings, subsample=int(getattr(recognizer.model, "subsample", 1))
+    )
+    utts = []
+    for i, path in enumerate(args.audio):
+        samples, rate = load_audio_file(path, raw_rate=args.raw_rate, raw_byteorder=args.raw_byteorder)
+        if rate < recognizer.features.sample_rate:
+            print(low_rate_warning([path], rate, recognizer.features.sample_rate), file=sys.stderr)
+        feats = recognizer.audio_features(samples, rate, utt=path, where=path)
+        utts.append(Utterance(f"{i:08d}", feats, np.zeros(0, dtype=np.int64)))
+    lengths = {u.utt: u.feats.shape[0] for u in utts}
+    with torch.inference_mode():
+        texts = {
+            utt: hybrid.transcribe(out, lengths[utt], utt=utt)
+            for utt, out in recognizer.outputs(utts, "frame")
+        }
+    for i, path in enumerate(args.audio):
+        print(f"{path}\t{texts[f'{i:08d}']}")
     return 0
 
 

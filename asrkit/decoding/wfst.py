@@ -364,7 +364,8 @@ class WfstDecoder:
             np.ascontiguousarray((self.acoustic_scale * scores.astype(np.float32))[:, self.tid2pdf[1:]])
         )
 
-    def _word_strings(self, ids: Sequence[int]) -> list[str]:
+    def word_strings(self, ids: Sequence[int]) -> list[str]:
+        """Words of graph word ids (``words.txt``)."""
         try:
             return [self.words[i] for i in ids]
         except KeyError as err:
@@ -404,7 +405,7 @@ class WfstDecoder:
             return WfstResult([], [], np.zeros(0, dtype=np.int32), math.inf, math.inf, False)
         _, tids, word_ids, weight = kaldifst.get_linear_symbol_sequence(path)
         return WfstResult(
-            words=self._word_strings(word_ids),
+            words=self.word_strings(word_ids),
             word_ids=list(word_ids),
             alignment=np.asarray(tids, dtype=np.int32),
             graph_cost=float(weight.value1),
@@ -455,4 +456,4 @@ class WfstDecoder:
         """
         lattice = self.decode_lattice(loglikes, utt=utt)
         paths = lattice.best_paths(lm_weights, word_penalties=word_penalties)
-        return {combo: self._word_strings(ids) for combo, (ids, _) in paths.items()}
+        return {combo: self.word_strings(ids) for combo, (ids, _) in paths.items()}

@@ -189,11 +189,12 @@ def decode_sets(
     label: str,
     hyps_at: Callable[[str, Path], Callable[[float, float], Mapping[str, str]]],
     out_name: Callable[[str], Path],
-) -> dict[str, str | None]:
+) -> tuple[dict[str, str | None], tuple[float, float]]:
     """Sweep the tune set over the weight grid, then decode every other set at the best
     pair; each set's ``hyp``, ``scoring/`` and ``setting`` go to ``out_name(set)``. Returns
     set -> Kaldi WER line. ``hyps_at(name, data dir)`` prepares a set (computes its
-    acoustic scores once) and returns ``(lm weight, word penalty) -> hyps``."""
+    acoustic scores once) and returns ``(lm weight, word penalty) -> hyps``. Also returns
+    the pair picked on the tune set."""
     tune_name, tune_dir = tune_target(ctx)
     tune = hyps_at(tune_name, tune_dir)
     ref = read_text(tune_dir / "text")
@@ -206,7 +207,7 @@ def decode_sets(
         atomic_write(out_dir / "setting", _setting_text(*best) + "\n")
         report(name, f"{label}, {_setting_text(*best)}", line, out_dir)
         lines[name] = line
-    return lines
+    return lines, best
 
 
 def _lattice_hyps(
@@ -221,7 +222,7 @@ def _lattice_hyps(
         paths = lattice.best_paths(lm_weights, word_penalties=penalties)
         for combo in grid:
             ids, _ = paths[combo]
-            table[combo][utt] = " ".join(decoder._word_strings(ids))  # type: ignore[attr-defined]
+            table[combo][utt] = " ".join(decoder.word_strings(ids))  # type: ignore[attr-defined]
     return lambda w, p: table[(w, p)]
 
 
@@ -335,7 +336,7 @@ def _hybrid_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
 def hybrid_decode(ctx: StageContext) -> None:
     import torch
 
-    from asrkit.decoding.wfst import pdf_log_likelihoods
+    from asrkit.decoding.hybrid import PRIOR_COUNTS, HybridScorer, HybridSettings
     from asrkit.gmm.graph import load_graph_dir
     from asrkit.gmm.model_io import read_model
     from asrkit.stages.decode import stage_recognizer
@@ -360,28 +361,40 @@ def hybrid_decode(ctx: StageContext) -> None:
             f"{source}/final.mdl has {transitions.num_pdfs} pdfs; retrain the model (stage 6) on "
             "these alignments"
         )
-    decoder = _decoder(ctx, load_graph_dir(ctx.cfg.wfst.graph or last / "graph"), transitions)
+    graph_dir = Path(ctx.cfg.wfst.graph) if ctx.cfg.wfst.graph else last / "graph"
+    decoder = _decoder(ctx, load_graph_dir(graph_dir), transitions)
     counts = class_counts(read_alignments(source), model.num_classes)
-    write_counts(ctx.exp_dir / "ali_train_pdf.counts", counts)
-    priors = log_priors(counts)
+    write_counts(ctx.exp_dir / PRIOR_COUNTS, counts)
     subsample = int(getattr(model, "subsample", 1))
+    scorer = HybridScorer(log_priors(counts), subsample=subsample, prior_floor=ctx.cfg.wfst.prior_floor)
     timings: dict[str, float] = {}
 
     def hyps_at(name: str, data_dir: Path) -> Callable:
         utts = recognizer.data_dir_utterances(data_dir)
         lengths = {u.utt: u.feats.shape[0] for u in utts}
         began = time.monotonic()
-        scores = {}
         with torch.inference_mode():
-            for utt, out in recognizer.outputs(utts, "frame"):
-                post = out.log_softmax(dim=-1).numpy()
-                if subsample > 1:  # back to the alignments' frame rate
-                    post = np.repeat(post, subsample, axis=0)[: lengths[utt]]
-                scores[utt] = pdf_log_likelihoods(post, priors, prior_floor=ctx.cfg.wfst.prior_floor)
+            scores = {utt: scorer(out, lengths[utt]) for utt, out in recognizer.outputs(utts, "frame")}
         hyps = _lattice_hyps(decoder, scores, _grid(ctx))
         frames = sum(lengths.values())
         timings[f"{name}_rtf"] = round((time.monotonic() - began) / (frames * 0.01), 4)
         return hyps
 
-    decode_sets(ctx, "hybrid", hyps_at, lambda name: ctx.exp_dir / f"decode_hybrid_{name}")
+    _, (lm_weight, penalty) = decode_sets(
+        ctx, "hybrid", hyps_at, lambda name: ctx.exp_dir / f"decode_hybrid_{name}"
+    )
+    cfg = ctx.cfg.wfst
+    HybridSettings(
+        graph=str(graph_dir.resolve()),
+        transitions=str((Path(source) / "final.mdl").resolve()),
+        lm_weight=lm_weight,
+        word_penalty=penalty,
+        acoustic_scale=ctx.cfg.gmm.acoustic_scale,
+        beam=cfg.beam,
+        lattice_beam=cfg.lattice_beam,
+        max_active=cfg.max_active,
+        prior_floor=cfg.prior_floor,
+        model=ctx.cfg.decode.model,
+        tuned_on=tune_target(ctx)[0],
+    ).save(ctx.exp_dir)
     atomic_write(ctx.exp_dir / "decode_hybrid_timings.json", json.dumps(timings, indent=2) + "\n")
