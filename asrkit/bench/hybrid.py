@@ -7,10 +7,9 @@ Three parts, each timed with the library's own functions (those of stages 4, 5 a
 1. GMM training on a training data dir (default: the AN4 recipe's ``data/train``) with the
    :class:`~asrkit.gmm.config.GmmConfig` defaults (``quick``: fewer iterations): the lang
    dir, MFCC + CMVN + delta features, the monophone system, the decision tree, the triphone
-   system and a Viterbi alignment of the training set with it. The tree is built once on its
-   own (timed as ``tree``) and again inside :func:`~asrkit.gmm.train.train_triphone`, which
-   takes no ready tree: ``triphone`` includes that second build, its per-iteration figures
-   leave it out. Figures within the run: each stage's seconds; per iteration (a stage's
+   system and a Viterbi alignment of the training set with it. The tree is built on its own
+   (timed as ``tree``) and handed to :func:`~asrkit.gmm.train.train_triphone` (``triphone``
+   is the training after it). Figures within the run: each stage's seconds; per iteration (a stage's
    seconds over its rounds, realignments and the final alignment included) seconds and
    training frames per second; the alignment's and the features' real-time factors; the
    tree build against one monophone iteration.
@@ -133,8 +132,14 @@ def _train(
     from asrkit.features.extractors import FeatureConfig
     from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
     from asrkit.gmm.lang import prepare_lang
-    from asrkit.gmm.train import GraphCompiler, align, train_mono, train_triphone, write_alignment_dir
-    from asrkit.gmm.tree import accumulate_tree_stats, build_tree, make_questions, read_phone_sets, read_roots
+    from asrkit.gmm.train import (
+        GraphCompiler,
+        align,
+        build_triphone_tree,
+        train_mono,
+        train_triphone,
+        write_alignment_dir,
+    )
     from asrkit.targets.phones import read_pronunciations
 
     where = str(train_dir / "text")
@@ -160,22 +165,9 @@ def _train(
 
     system, tree_s, tri_s = mono, 0.0, 0.0
     for leaves, gauss in zip(cfg.tri_leaves, cfg.tri_gauss, strict=True):
-        # The tree alone, as train_triphone builds it first (same calls, same inputs).
+        # The tree timed on its own, then handed to the triphone training.
         t = time.perf_counter()
-        stats = accumulate_tree_stats(
-            system.trans_model, ((result.alignments[u], feats(u)) for u in result.alignments)
-        )
-        questions = make_questions(
-            stats,
-            extra_questions=read_phone_sets(lang.path / "phones" / "extra_questions.txt"),
-            num_pdf_classes=max(lang.topology().num_pdf_classes(p) for p in lang.real_phones),
-        )
-        tree = build_tree(
-            stats,
-            roots=read_roots(lang.path / "phones" / "roots.txt"),
-            questions=questions,
-            num_leaves=leaves,
-        )
+        tree = build_triphone_tree(lang, feats, system, result.alignments, num_leaves=leaves)
         tree_s += time.perf_counter() - t
         t = time.perf_counter()
         system, result, _ = train_triphone(
@@ -188,6 +180,7 @@ def _train(
             num_leaves=leaves,
             num_gauss=gauss,
             where=where,
+            tree=tree,
         )
         tri_s += time.perf_counter() - t
     stages["tree"], stages["triphone"] = tree_s, tri_s
@@ -202,7 +195,7 @@ def _train(
     audio_s = frames * 0.01
     tri_iters = cfg.tri_iters * len(cfg.tri_leaves)
     mono_iter_s = stages["mono"] / cfg.mono_iters
-    tri_iter_s = (tri_s - tree_s) / tri_iters if tri_iters else 0.0
+    tri_iter_s = tri_s / tri_iters if tri_iters else 0.0
     figures = {
         "training_data": {
             "dir": str(train_dir),

@@ -98,8 +98,9 @@ class WfstConfig:
     lattice_beam: float = 8.0
     max_active: int = 7000
     lm_weights: list[float] = field(
-        default_factory=lambda: [4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 15.0, 17.0, 19.0, 21.0]
-        + [24.0]
+        default_factory=lambda: (
+            [4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 15.0, 17.0, 19.0, 21.0] + [24.0]
+        )
     )
     word_penalties: list[float] = field(default_factory=lambda: [-0.5, 0.0, 0.5, 1.0])
     self_loop_scale: float = 0.1

@@ -45,6 +45,7 @@ from asrkit.gmm.lang import Lang
 from asrkit.gmm.model_io import read_model, transition_id_to_pdf, write_model
 from asrkit.gmm.tree import (
     Tree,
+    TreeStats,
     accumulate_tree_stats,
     build_tree,
     make_questions,
@@ -428,6 +429,26 @@ def train_mono(
     return system, result
 
 
+def build_triphone_tree(
+    lang: Lang,
+    feats: GmmFeatures,
+    previous: GmmSystem,
+    alignments: Mapping[str, Sequence[int]],
+    *,
+    num_leaves: int,
+) -> tuple[Tree, TreeStats]:
+    """Kaldi's ``acc-tree-stats`` + ``cluster-phones`` + ``build-tree``: a decision tree of
+    at most ``num_leaves`` leaves from ``previous``'s alignment, and its statistics."""
+    stats = accumulate_tree_stats(previous.trans_model, ((alignments[u], feats(u)) for u in alignments))
+    questions = make_questions(
+        stats,
+        extra_questions=read_phone_sets(lang.path / "phones" / "extra_questions.txt"),
+        num_pdf_classes=max(lang.topology().num_pdf_classes(p) for p in lang.real_phones),
+    )
+    roots = read_roots(lang.path / "phones" / "roots.txt")
+    return build_tree(stats, roots=roots, questions=questions, num_leaves=num_leaves), stats
+
+
 def train_triphone(
     lang: Lang,
     feats: GmmFeatures,
@@ -440,30 +461,25 @@ def train_triphone(
     num_gauss: int,
     where: str = "text",
     seed: int = 0,
+    tree: tuple[Tree, TreeStats] | None = None,
 ) -> tuple[GmmSystem, AlignResult, Tree]:
-    """Kaldi's ``train_deltas.sh``: a tree from ``previous``'s alignment, a triphone system
-    with at most ``num_leaves`` tied states and ``num_gauss`` Gaussians, and its final
-    alignment of ``texts``."""
+    """Kaldi's ``train_deltas.sh``: a tree from ``previous``'s alignment (or ``tree``, a
+    :func:`build_triphone_tree` result), a triphone system with at most ``num_leaves`` tied
+    states and ``num_gauss`` Gaussians, and its final alignment of ``texts``."""
     began = time.monotonic()
     rng = np.random.default_rng(seed)
-    stats = accumulate_tree_stats(previous.trans_model, ((alignments[u], feats(u)) for u in alignments))
-    roots = read_roots(lang.path / "phones" / "roots.txt")
-    questions = make_questions(
-        stats,
-        extra_questions=read_phone_sets(lang.path / "phones" / "extra_questions.txt"),
-        num_pdf_classes=max(lang.topology().num_pdf_classes(p) for p in lang.real_phones),
-    )
-    tree = build_tree(stats, roots=roots, questions=questions, num_leaves=num_leaves)
-    ctx_dep = tree.context_dependency()
+    built, stats = tree or build_triphone_tree(lang, feats, previous, alignments, num_leaves=num_leaves)
+    ctx_dep = built.context_dependency()
     trans_model = khg.TransitionModel(ctx_dep, lang.topology())
-    counts, means, variances = tree.leaf_stats(stats)
+    _, means, variances = built.leaf_stats(stats)
     am = khg.AmDiagGmm()
-    for leaf in range(tree.num_leaves):
+    for leaf in range(built.num_leaves):
+        # gmm-init-model: one Gaussian per leaf from the statistics of its events.
         am.add_pdf(_gaussian(means[leaf], np.maximum(variances[leaf], 1e-3)))
     system = GmmSystem(lang, ctx_dep, trans_model, am)
     log.info(
         "tree: %d leaves (asked for at most %d) from %d events; built in %.1f s",
-        tree.num_leaves,
+        built.num_leaves,
         num_leaves,
         len(stats.counts),
         time.monotonic() - began,
@@ -487,7 +503,7 @@ def train_triphone(
             time.monotonic() - began,
         )
     result = align(system, feats, graphs, cfg, where=where)
-    return system, result, tree
+    return system, result, built
 
 
 def write_alignment_dir(

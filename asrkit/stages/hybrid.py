@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,10 @@ from asrkit.errors import ConfigError, DataError
 from asrkit.scoring.wer import read_text
 from asrkit.stages.decode import decode_targets, report, sweep, tune_target
 from asrkit.stages.registry import StageContext, stage
+
+if TYPE_CHECKING:
+    from asrkit.decoding.wfst import WfstDecoder
+    from asrkit.gmm.graph import GraphDir
 
 log = logging.getLogger(__name__)
 
@@ -211,22 +216,20 @@ def decode_sets(
 
 
 def _lattice_hyps(
-    decoder: object, scores: Mapping[str, np.ndarray], grid: list[tuple[float, float]]
+    decoder: WfstDecoder, scores: Mapping[str, np.ndarray], grid: list[tuple[float, float]]
 ) -> Callable[[float, float], Mapping[str, str]]:
     """Every utterance's lattice rescored at every grid point once; ``(w, p) -> hyps``."""
     lm_weights = sorted({w for w, _ in grid})
     penalties = sorted({p for _, p in grid})
     table: dict[tuple[float, float], dict[str, str]] = {combo: {} for combo in grid}
     for utt, loglikes in scores.items():
-        lattice = decoder.decode_lattice(loglikes, utt=utt)  # type: ignore[attr-defined]
-        paths = lattice.best_paths(lm_weights, word_penalties=penalties)
+        words = decoder.decode_with_scales(loglikes, lm_weights, word_penalties=penalties, utt=utt)
         for combo in grid:
-            ids, _ = paths[combo]
-            table[combo][utt] = " ".join(decoder.word_strings(ids))  # type: ignore[attr-defined]
+            table[combo][utt] = " ".join(words[combo])
     return lambda w, p: table[(w, p)]
 
 
-def _decoder(ctx: StageContext, graph: object, transitions: object) -> object:
+def _decoder(ctx: StageContext, graph: GraphDir, transitions: object) -> WfstDecoder:
     from asrkit.decoding.wfst import WfstDecoder
 
     cfg = ctx.cfg.wfst
