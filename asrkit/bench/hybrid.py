@@ -206,7 +206,7 @@ def _train(
             "triphone_pdfs": system.am.num_pdfs,
             "triphone_gaussians": system.am.num_gauss,
             "aligned": len(aligned.alignments),
-            "tree_leaves": tree.num_leaves,
+            "tree_leaves": tree[0].num_leaves,
         },
         "training_s": {**{k: round(v, 3) for k, v in stages.items()}, "total": round(total, 3)},
         "per_iteration": {

@@ -277,10 +277,10 @@ def prepare_lang(
         if word in RESERVED_WORDS or word.startswith("#"):
             raise DataError(f"lexicon: '{word}' is reserved by Kaldi's lang format; rename the word")
         for pron in lexicon[word]:
-            phones = tuple(pron)
-            if not phones:
+            seq = tuple(pron)
+            if not seq:
                 raise DataError(f"lexicon: word '{word}' has an empty pronunciation; give its phones")
-            entries.append((word, phones))
+            entries.append((word, seq))
     if not entries:
         raise DataError("lexicon: no words; a lang dir needs a pronunciation lexicon")
     if oov_word and oov_word not in lexicon:
@@ -291,13 +291,13 @@ def prepare_lang(
         raise DataError(f"lexicon: phone '{bad[0]}' is reserved (disambiguation/epsilon); rename it")
     disambiguated = _disambiguated(entries)
     num_disambig = max(k for _, _, k in disambiguated) + 1  # #0 is G's backoff symbol
-    phones = {EPS: 0, silence_phone: 1}
+    ids = {EPS: 0, silence_phone: 1}
     for p in others:
-        phones[p] = len(phones)
+        ids[p] = len(ids)
     disambig_ids = []
     for k in range(num_disambig):
-        phones[f"#{k}"] = len(phones)
-        disambig_ids.append(phones[f"#{k}"])
+        ids[f"#{k}"] = len(ids)
+        disambig_ids.append(ids[f"#{k}"])
     words = {EPS: 0}
     for word in sorted(lexicon):
         words[word] = len(words)
@@ -307,13 +307,13 @@ def prepare_lang(
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "phones").mkdir(parents=True)
-    _write_symbols(tmp / "phones.txt", phones)
+    _write_symbols(tmp / "phones.txt", ids)
     _write_symbols(tmp / "words.txt", words)
     atomic_write(
         tmp / "topo",
         topology_text(
             [1],
-            [phones[p] for p in others],
+            [ids[p] for p in others],
             num_sil_states=num_sil_states,
             num_nonsil_states=num_nonsil_states,
         ),
@@ -325,24 +325,23 @@ def prepare_lang(
     )
     atomic_write(tmp / "oov.txt", f"{oov_word}\n" if oov_word else "")
     atomic_write(tmp / "phones" / "silence.csl", "1\n")
-    atomic_write(tmp / "phones" / "nonsilence.csl", ":".join(str(phones[p]) for p in others) + "\n")
+    atomic_write(tmp / "phones" / "nonsilence.csl", ":".join(str(ids[p]) for p in others) + "\n")
     atomic_write(tmp / "phones" / "disambig.int", "".join(f"{i}\n" for i in disambig_ids))
     # Tree inputs: every phone its own root (all HMM states share it, so the tree may ask
     # about the state), silence never split by context (Kaldi: "shared not-split").
-    roots = [f"shared not-split {phones[silence_phone]}"] + [f"shared split {phones[p]}" for p in others]
+    roots = [f"shared not-split {ids[silence_phone]}"] + [f"shared split {ids[p]}" for p in others]
     atomic_write(tmp / "phones" / "roots.txt", "".join(f"{r}\n" for r in roots))
     atomic_write(
         tmp / "phones" / "extra_questions.txt",
-        f"{phones[silence_phone]}\n{' '.join(str(phones[p]) for p in others)}\n",
+        f"{ids[silence_phone]}\n{' '.join(str(ids[p]) for p in others)}\n",
     )
 
-    plain = [(words[w], [phones[p] for p in pron]) for w, pron in entries]
+    plain = [(words[w], [ids[p] for p in pron]) for w, pron in entries]
     _lexicon_fst(plain, silence=1, sil_prob=sil_prob).write(str(tmp / "L.fst"))
     marked = [
-        (words[w], [phones[p] for p in pron] + ([phones[f"#{k}"]] if k else []))
-        for w, pron, k in disambiguated
+        (words[w], [ids[p] for p in pron] + ([ids[f"#{k}"]] if k else [])) for w, pron, k in disambiguated
     ]
-    _lexicon_fst(marked, silence=1, sil_prob=sil_prob, disambig_loop=(phones["#0"], words["#0"])).write(
+    _lexicon_fst(marked, silence=1, sil_prob=sil_prob, disambig_loop=(ids["#0"], words["#0"])).write(
         str(tmp / "L_disambig.fst")
     )
     shutil.rmtree(out_dir, ignore_errors=True)

@@ -161,7 +161,7 @@ def _align_chunk(utts: list[str]) -> tuple[dict[str, list[int]], list[str], int,
     feats: GmmFeatures = _PASS["feats"]  # type: ignore[assignment]
     graphs: dict[str, kaldifst.StdVectorFst] = _PASS["graphs"]  # type: ignore[assignment]
     cfg: GmmConfig = _PASS["cfg"]  # type: ignore[assignment]
-    am: khg.AmDiagGmm = _PASS["am"]  # type: ignore[assignment]
+    am: khg.AmDiagGmm = _PASS["am"]
     config = khg.AlignConfig(beam=cfg.beam, retry_beam=cfg.retry_beam, careful=False)
     out: dict[str, list[int]] = {}
     failed: list[str] = []

@@ -23,6 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -250,6 +251,10 @@ def _lm(ctx: StageContext) -> Path:
     return path
 
 
+def _decode_dir(system_dir: Path, name: str) -> Path:
+    return system_dir / f"decode_{name}"
+
+
 def _show(folders: list[tuple[str, Path, str]]) -> None:
     for label, folder, name in folders:
         wer = folder / "scoring" / "wer"
@@ -317,7 +322,7 @@ def gmm_decode(ctx: StageContext) -> None:
             timings[f"{label}_{name}_rtf"] = round((time.monotonic() - began) / (frames * 0.01), 4)
             return hyps
 
-        decode_sets(ctx, system_name, hyps_at, lambda name, s=system_name: root / s / f"decode_{name}")
+        decode_sets(ctx, system_name, hyps_at, partial(_decode_dir, root / system_name))
     atomic_write(root / "decode_timings.json", json.dumps(timings, indent=2) + "\n")
 
 
