@@ -432,8 +432,9 @@ def _trained_exp(built: Hybrid, root: Path, *, model: bool = True) -> Path:
     exp = root / "exp"
     shutil.copytree(built.exp / "tokenizer", exp / "tokenizer")
     if model:
-        for name in ("model.pt", "cmvn_global.ark"):
-            shutil.copy(built.exp / name, exp / name)
+        shutil.copy(built.exp / "model.pt", exp / "model.pt")
+        if (built.exp / "cmvn_global.ark").is_file():  # global CMVN only (an4_hybrid: per speaker)
+            shutil.copy(built.exp / "cmvn_global.ark", exp / "cmvn_global.ark")
     return exp
 
 
