@@ -291,7 +291,6 @@ NOT_OUTPUT_SETTINGS = frozenset(
         "strategy.max_restarts",
         "decode.nj",
         "gmm.nj",
-        "wfst.nj",
     }
 )
 

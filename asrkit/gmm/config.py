@@ -87,7 +87,6 @@ class WfstConfig:
         prior_floor: a pdf whose prior (its share of the training alignments' frames) is
             below this is never chosen, as in Kaldi's nnet1 (its log-likelihood would
             otherwise get a huge boost from a tiny prior).
-        nj: parallel decoding jobs.
         graph: the graph dir the hybrid model decodes through (``HCLG.fst``,
             ``words.txt``); empty: the last GMM system's (``gmm/<system>/graph``). A Kaldi
             graph dir (``exp/tri3/graph``) works too, for a model trained on that system's
@@ -106,7 +105,6 @@ class WfstConfig:
     self_loop_scale: float = 0.1
     transition_scale: float = 1.0
     prior_floor: float = 1e-10
-    nj: int = 2
     graph: str = ""
 
     def check(self) -> None:
@@ -119,6 +117,4 @@ class WfstConfig:
             problems.append("wfst.word_penalties: at least one value (0.0 for none)")
         if not 0 < self.prior_floor < 1:
             problems.append(f"wfst.prior_floor={self.prior_floor}: in (0, 1)")
-        if self.nj < 1:
-            problems.append(f"wfst.nj={self.nj}: at least 1")
         raise_all(problems)
