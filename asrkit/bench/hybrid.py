@@ -324,12 +324,11 @@ def _decode_hybrid(exp_dir: Path, data_dir: Path, audio_s: float) -> dict[str, A
     run = "run recipes/an4/run.sh +experiment=an4_hybrid (stages 0-7)"
     if not (exp_dir / "model.pt").is_file() or not (exp_dir / "config.yaml").is_file():
         return {"skipped": f"{exp_dir}: no trained hybrid model (model.pt, config.yaml); {run}"}
-    import numpy as np
     import torch
 
     from asrkit.config import load_saved
+    from asrkit.decoding.hybrid import HybridScorer
     from asrkit.decoding.recognizer import Recognizer
-    from asrkit.decoding.wfst import pdf_log_likelihoods
     from asrkit.gmm.graph import load_graph_dir
     from asrkit.gmm.model_io import read_model
     from asrkit.stages.train import alignment_source
@@ -359,17 +358,14 @@ def _decode_hybrid(exp_dir: Path, data_dir: Path, audio_s: float) -> dict[str, A
     priors = log_priors(class_counts(read_alignments(source), model.num_classes))
     decoder = _decoder(load_graph_dir(graph_dir), transitions, cfg.wfst, cfg.gmm.acoustic_scale)
     setting = _setting(sorted(exp_dir.glob("decode_hybrid_*/setting")), cfg.gmm.acoustic_scale)
-    subsample = int(getattr(model, "subsample", 1))
+    scorer = HybridScorer(
+        priors, subsample=int(getattr(model, "subsample", 1)), prior_floor=cfg.wfst.prior_floor
+    )
     utts = recognizer.data_dir_utterances(data_dir)
     lengths = {u.utt: u.feats.shape[0] for u in utts}
     t = time.perf_counter()
-    scores = {}
     with torch.inference_mode():
-        for utt, out in recognizer.outputs(utts, "frame"):
-            post = out.log_softmax(dim=-1).numpy()
-            if subsample > 1:  # back to the alignments' frame rate
-                post = np.repeat(post, subsample, axis=0)[: lengths[utt]]
-            scores[utt] = pdf_log_likelihoods(post, priors, prior_floor=cfg.wfst.prior_floor)
+        scores = {utt: scorer(out, lengths[utt]) for utt, out in recognizer.outputs(utts, "frame")}
     forward_s = time.perf_counter() - t
     t = time.perf_counter()
     hyps = _search(decoder, scores, setting)

@@ -352,6 +352,18 @@ def mix_up_gmms(
         gmm.compute_gconsts()
 
 
+def _log_round(kind: str, it: int, like: float, frames: int, system: GmmSystem, began: float) -> None:
+    log.info(
+        "%s iteration %d: log-likelihood per frame %.3f over %d frames, %d Gaussians (%.0f s)",
+        kind,
+        it + 1,
+        like / max(1, frames),
+        frames,
+        system.am.num_gauss,
+        time.monotonic() - began,
+    )
+
+
 def _gauss_schedule(start: int, target: int, iters: int) -> list[int]:
     """Gaussians after each round: linear growth to ``target`` over the first 3/4 of the
     rounds (Kaldi's ``max_iter_inc``), as integers."""
@@ -417,14 +429,7 @@ def train_mono(
             rng=rng,
             min_gaussian_occupancy=3.0 if it == 0 else 10.0,
         )
-        log.info(
-            "mono iteration %d: log-likelihood per frame %.3f over %d frames, %d Gaussians (%.0f s)",
-            it + 1,
-            like / max(1, frames),
-            frames,
-            system.am.num_gauss,
-            time.monotonic() - began,
-        )
+        _log_round("mono", it, like, frames, system, began)
     result = align(system, feats, graphs, cfg, where=where)
     return system, result
 
@@ -494,14 +499,7 @@ def train_triphone(
             result = align(system, feats, graphs, cfg, where=where)
         acc, trans_stats, like, frames = _accumulate(system, feats, result.alignments)
         _update(system, acc, trans_stats, mix_up=schedule[it], power=0.2, rng=rng)
-        log.info(
-            "triphone iteration %d: log-likelihood per frame %.3f over %d frames, %d Gaussians (%.0f s)",
-            it + 1,
-            like / max(1, frames),
-            frames,
-            system.am.num_gauss,
-            time.monotonic() - began,
-        )
+        _log_round("triphone", it, like, frames, system, began)
     result = align(system, feats, graphs, cfg, where=where)
     return system, result, built
 
