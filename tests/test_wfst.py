@@ -365,6 +365,23 @@ def test_lattice_rescoring_matches_the_brute_force_at_every_weight(which: str, r
     assert len(seen) > 1, "the sweep should change the answer on this data"
 
 
+def test_sweep_in_two_jobs_equals_one_utterance_at_a_time(tri: Setup) -> None:
+    rng = np.random.default_rng(11)
+    scores = {
+        f"u{k}": rng.normal(0.0, 3.0, size=(T + k, tri.trans_model.num_pdfs)).astype(np.float32)
+        for k in range(5)
+    }
+    scores["short"] = np.zeros((2, tri.trans_model.num_pdfs), dtype=np.float32)  # reaches no final state
+    weights, penalties = [2.0, 10.0], [0.0, 1.0]
+    decoder = _decoder(tri)
+    swept = decoder.sweep(scores, weights, word_penalties=penalties, nj=2)
+    assert list(swept) == list(scores)
+    assert decoder.num_decoded == 6 and decoder.num_partial == 1
+    alone = _decoder(tri)
+    for utt, loglikes in scores.items():
+        assert swept[utt] == alone.decode_with_scales(loglikes, weights, word_penalties=penalties, utt=utt)
+
+
 def test_utterance_that_reaches_no_final_state_gives_partial_output(mono: Setup, caplog) -> None:
     decoder = _decoder(mono)
     loglikes = np.zeros((2, mono.trans_model.num_pdfs), dtype=np.float32)  # no word fits in 2 frames

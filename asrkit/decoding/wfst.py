@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 #: Log-likelihood given to pdfs whose prior is below the floor: they never win (Kaldi nnet1's
 #: ``--prior-floor`` treatment), yet costs stay finite for the search.
 NEVER = -1.0e10
+
+#: One round of the lattice's topological relaxation: arcs by destination, the destinations,
+#: where each destination's arcs start.
+_Round = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def pdf_log_likelihoods(
@@ -153,7 +158,9 @@ class WordLattice:
     final_states: np.ndarray
     final_graph: np.ndarray
     final_acoustic: np.ndarray
-    _rounds: list[np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
+    _rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_lattice(cls, lattice: kaldifst.Lattice, *, acoustic_scale: float) -> WordLattice:
@@ -190,16 +197,18 @@ class WordLattice:
     def num_arcs(self) -> int:
         return len(self.src)
 
-    def _topological_rounds(self) -> list[np.ndarray]:
+    def _topological_rounds(self) -> list[_Round]:
         """The arcs in rounds (Kahn's algorithm): every arc's source is complete before the
-        round that holds the arc, so a round can be relaxed at once."""
+        round that holds the arc, so a round can be relaxed at once. Each round is
+        ``(arcs sorted by destination, its distinct destinations, where each one's arcs
+        start)``, ready for ``np.minimum.reduceat``."""
         if self._rounds is not None:
             return self._rounds
         order = np.argsort(self.src, kind="stable")
         offsets = np.searchsorted(self.src[order], np.arange(self.num_states + 1))
         indeg = np.bincount(self.dst, minlength=self.num_states)
         frontier = np.flatnonzero(indeg == 0)
-        rounds: list[np.ndarray] = []
+        rounds: list[_Round] = []
         done = 0
         while frontier.size:
             done += frontier.size
@@ -209,8 +218,10 @@ class WordLattice:
                 break
             within = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
             arcs = order[np.repeat(starts, lens) + within]
-            rounds.append(arcs)
+            arcs = arcs[np.argsort(self.dst[arcs], kind="stable")]
             targets = self.dst[arcs]
+            first = np.flatnonzero(np.r_[True, targets[1:] != targets[:-1]])
+            rounds.append((arcs, targets[first], first))
             indeg -= np.bincount(targets, minlength=self.num_states)
             frontier = np.unique(targets[indeg[targets] == 0])
         if done < self.num_states and (indeg > 0).any():
@@ -246,9 +257,9 @@ class WordLattice:
             cost = self.graph[None, :] + self.acoustic[None, :] * inv + is_word[None, :] * pen
             best = np.full((len(part), self.num_states), np.inf)
             best[:, self.start] = 0.0
-            rows = np.arange(len(part))[:, None]
-            for arcs in rounds:
-                np.minimum.at(best, (rows, self.dst[arcs][None, :]), best[:, self.src[arcs]] + cost[:, arcs])
+            for arcs, targets, starts in rounds:
+                reached = np.minimum.reduceat(best[:, self.src[arcs]] + cost[:, arcs], starts, axis=1)
+                best[:, targets] = np.minimum(best[:, targets], reached)
             final = self.final_graph[None, :] + self.final_acoustic[None, :] * inv
             totals = best[:, self.final_states] + final
             on_best = best[:, self.src] + cost == best[:, self.dst]
@@ -457,3 +468,54 @@ class WfstDecoder:
         lattice = self.decode_lattice(loglikes, utt=utt)
         paths = lattice.best_paths(lm_weights, word_penalties=word_penalties)
         return {combo: self.word_strings(ids) for combo, (ids, _) in paths.items()}
+
+    def sweep(
+        self,
+        scores: Mapping[str, np.ndarray],
+        lm_weights: Sequence[float],
+        *,
+        word_penalties: Sequence[float] = (0.0,),
+        nj: int = 1,
+    ) -> dict[str, dict[tuple[float, float], list[str]]]:
+        """:meth:`decode_with_scales` for many utterances, in ``nj`` forked processes (Kaldi's
+        ``decode.sh --nj``): ``utt -> (lm_weight, word_penalty) -> words``, in the order of
+        ``scores``. The workers share the graph and the scores with this process (fork), so
+        nothing large is copied; each returns only its words."""
+        utts = list(scores)
+        nj = max(1, min(nj, len(utts)))
+        _SWEEP.update(
+            decoder=self, scores=scores, lm_weights=list(lm_weights), penalties=list(word_penalties)
+        )
+        try:
+            if nj == 1:
+                parts = [_sweep_chunk(utts)]
+            else:
+                # Every nj-th utterance: similar lengths in each job, so they end together.
+                with multiprocessing.get_context("fork").Pool(nj) as pool:
+                    parts = pool.map(_sweep_chunk, [utts[j::nj] for j in range(nj)])
+        finally:
+            _SWEEP.clear()
+        found: dict[str, dict[tuple[float, float], list[str]]] = {}
+        for words, partial in parts:
+            found.update(words)
+            if nj > 1:
+                self.num_decoded += len(words)
+                self.num_partial += partial
+        return {utt: found[utt] for utt in utts}
+
+
+# Fork-shared state of one WfstDecoder.sweep (set before the pool forks; read by workers).
+_SWEEP: dict[str, Any] = {}
+
+
+def _sweep_chunk(utts: list[str]) -> tuple[dict[str, dict[tuple[float, float], list[str]]], int]:
+    decoder: WfstDecoder = _SWEEP["decoder"]
+    scores: Mapping[str, np.ndarray] = _SWEEP["scores"]
+    before = decoder.num_partial
+    words = {
+        utt: decoder.decode_with_scales(
+            scores[utt], _SWEEP["lm_weights"], word_penalties=_SWEEP["penalties"], utt=utt
+        )
+        for utt in utts
+    }
+    return words, decoder.num_partial - before

@@ -87,6 +87,7 @@ class WfstConfig:
         prior_floor: a pdf whose prior (its share of the training alignments' frames) is
             below this is never chosen, as in Kaldi's nnet1 (its log-likelihood would
             otherwise get a huge boost from a tiny prior).
+        nj: decoding jobs (forked processes sharing the graph; Kaldi's ``--nj``).
         graph: the graph dir the hybrid model decodes through (``HCLG.fst``,
             ``words.txt``); empty: the last GMM system's (``gmm/<system>/graph``). A Kaldi
             graph dir (``exp/tri3/graph``) works too, for a model trained on that system's
@@ -105,6 +106,7 @@ class WfstConfig:
     self_loop_scale: float = 0.1
     transition_scale: float = 1.0
     prior_floor: float = 1e-10
+    nj: int = 2
     graph: str = ""
 
     def check(self) -> None:
@@ -115,6 +117,8 @@ class WfstConfig:
             problems.append(f"wfst.lm_weights={self.lm_weights}: at least one, each > 0")
         if not self.word_penalties:
             problems.append("wfst.word_penalties: at least one value (0.0 for none)")
+        if self.nj < 1:
+            problems.append(f"wfst.nj={self.nj}: at least 1 decoding job")
         if not 0 < self.prior_floor < 1:
             problems.append(f"wfst.prior_floor={self.prior_floor}: in (0, 1)")
         raise_all(problems)

@@ -217,14 +217,14 @@ def decode_sets(
 
 
 def _lattice_hyps(
-    decoder: WfstDecoder, scores: Mapping[str, np.ndarray], grid: list[tuple[float, float]]
+    decoder: WfstDecoder, scores: Mapping[str, np.ndarray], grid: list[tuple[float, float]], nj: int
 ) -> Callable[[float, float], Mapping[str, str]]:
-    """Every utterance's lattice rescored at every grid point once; ``(w, p) -> hyps``."""
+    """Every utterance's lattice rescored at every grid point once (in ``nj`` jobs);
+    ``(w, p) -> hyps``."""
     lm_weights = sorted({w for w, _ in grid})
     penalties = sorted({p for _, p in grid})
     table: dict[tuple[float, float], dict[str, str]] = {combo: {} for combo in grid}
-    for utt, loglikes in scores.items():
-        words = decoder.decode_with_scales(loglikes, lm_weights, word_penalties=penalties, utt=utt)
+    for utt, words in decoder.sweep(scores, lm_weights, word_penalties=penalties, nj=nj).items():
         for combo in grid:
             table[combo][utt] = " ".join(words[combo])
     return lambda w, p: table[(w, p)]
@@ -317,7 +317,7 @@ def gmm_decode(ctx: StageContext) -> None:
             feats = GmmFeatures(gmm_data)
             began = time.monotonic()
             scores = {utt: system.log_likelihoods(feats(utt)) for utt in feats.utt_ids}
-            hyps = _lattice_hyps(decoder, scores, _grid(ctx))
+            hyps = _lattice_hyps(decoder, scores, _grid(ctx), ctx.cfg.wfst.nj)
             frames = sum(s.shape[0] for s in scores.values())
             timings[f"{label}_{name}_rtf"] = round((time.monotonic() - began) / (frames * 0.01), 4)
             return hyps
@@ -383,7 +383,7 @@ def hybrid_decode(ctx: StageContext) -> None:
         began = time.monotonic()
         with torch.inference_mode():
             scores = {utt: scorer(out, lengths[utt]) for utt, out in recognizer.outputs(utts, "frame")}
-        hyps = _lattice_hyps(decoder, scores, _grid(ctx))
+        hyps = _lattice_hyps(decoder, scores, _grid(ctx), ctx.cfg.wfst.nj)
         frames = sum(lengths.values())
         timings[f"{name}_rtf"] = round((time.monotonic() - began) / (frames * 0.01), 4)
         return hyps
