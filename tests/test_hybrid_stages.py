@@ -333,6 +333,33 @@ def test_gmm_stage_reruns_when_the_feature_settings_change() -> None:
     assert before != after
 
 
+@pytest.mark.skipif(shutil.which("sox") is None, reason="sox is not installed (make sysdeps)")
+def test_speed_perturbed_training_set_gmms_learn_originals_and_align_every_copy(tmp_path: Path) -> None:
+    """Kaldi's way with ``_sp`` dirs: GMMs from the original speech, alignments of all."""
+    from asrkit.data.perturb import speed_perturb
+
+    make_an4_subset(tmp_path / "data", train=40, dev=4, test=1)
+    speed_perturb(tmp_path / "data" / "train", [0.9, 1.0])
+    args = _args(tmp_path, "gmm.mono_iters=4", "gmm.mono_realign=[1,2]", "gmm.tri_iters=2", "gmm.tri_realign=[]")
+    result = run_cli(*_stages(2, 4, *args))
+    assert result.returncode == 0, result.stderr[-3000:]
+    utts = read_data_dir(tmp_path / "data" / "train").utt_ids
+    originals = [u for u in utts if not u.startswith("sp0.9-")]
+    assert len(originals) == 40 and len(utts) == 80
+    gmm = tmp_path / "exp" / "gmm"
+    # The GMM systems' own alignments cover the originals; the network's cover every copy.
+    assert sorted(read_alignments(str(gmm / "tri1"))) == sorted(originals)
+    aligned = read_alignments(str(gmm / "ali_train"))
+    assert sorted(aligned) == sorted(utts)
+    frames = read_kaldi_map(tmp_path / "data" / "train" / "utt2num_frames")
+    for utt in utts:
+        assert aligned[utt].size == int(frames[utt]), utt
+    # A copy at 0.9x speed is about 1/0.9 as long.
+    copy, original = aligned["sp0.9-" + originals[0]], aligned[originals[0]]
+    assert copy.size == pytest.approx(original.size / 0.9, rel=0.02)
+    assert "speed-perturbed: GMMs trained on its 40 original utterances, all 80 aligned" in result.stderr
+
+
 # ---------------------------------------------------------------- GMM training alone
 
 

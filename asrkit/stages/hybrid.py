@@ -82,6 +82,7 @@ def _gmm_sets(ctx: StageContext) -> list[str]:
 def gmm(ctx: StageContext) -> None:
     from dataclasses import replace
 
+    from asrkit.data.perturb import original_only, perturbed_factors
     from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
     from asrkit.gmm.lang import prepare_lang
     from asrkit.gmm.train import GraphCompiler, align, train_mono, train_triphone, write_alignment_dir
@@ -98,7 +99,18 @@ def gmm(ctx: StageContext) -> None:
         make_gmm_data_dir(ctx.data_root / name, root / "data" / name, root / "mfcc", mfcc)
     train_set, dev_set = ctx.cfg.data.train_set, ctx.cfg.data.dev_set
     feats = GmmFeatures(root / "data" / train_set)
-    texts = read_data_dir(root / "data" / train_set).text or {}
+    all_texts = read_data_dir(root / "data" / train_set).text or {}
+    # A speed-perturbed training set: the GMMs learn from the original speech, and every
+    # copy is aligned by the last one (Kaldi's recipes align their _sp dirs the same way).
+    factors = perturbed_factors(ctx.data_root / train_set)
+    texts = original_only(all_texts, factors)
+    if len(texts) < len(all_texts):
+        log.info(
+            "%s is speed-perturbed: GMMs trained on its %d original utterances, all %d aligned",
+            train_set,
+            len(texts),
+            len(all_texts),
+        )
     where = str(ctx.data_root / train_set / "text")
     timings: dict[str, float] = {"features": round(time.monotonic() - began, 1)}
 
@@ -138,6 +150,11 @@ def gmm(ctx: StageContext) -> None:
             result.like_per_frame,
             timings[name],
         )
+    if len(texts) < len(all_texts):
+        began = time.monotonic()
+        graphs = GraphCompiler(system).compile(all_texts, where=where)
+        result = align(system, feats, graphs, cfg, where=str(ctx.data_root / train_set))
+        timings[f"align_{train_set}"] = round(time.monotonic() - began, 1)
     write_alignment_dir(root / f"ali_{train_set}", system, result)
     began = time.monotonic()
     dev_feats = GmmFeatures(root / "data" / dev_set)
