@@ -236,6 +236,11 @@ def _check_across(typed: AsrkitConfig) -> None:
         )
     if typed.objective not in OBJECTIVES:
         raise ConfigError(f"objective={typed.objective!r} is unknown; choose one of {sorted(OBJECTIVES)}")
+    if typed.train.chunk_frames and typed.objective != "ce":
+        raise ConfigError(
+            f"train.chunk_frames={typed.train.chunk_frames} with objective={typed.objective}: chunks need "
+            "frame targets (objective=ce); CTC trains on whole utterances (set train.chunk_frames=0)"
+        )
 
 
 def load_saved(path: str | Path) -> AsrkitConfig:

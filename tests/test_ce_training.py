@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from asrkit.data.batch import Utterance, collate
+from asrkit.data.batch import Utterance, chunk_batch, collate
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.data.kaldi_ark import kaldi_io
 from asrkit.data.stream import attach_alignments
@@ -135,7 +135,10 @@ def test_attach_alignments_subsamples_to_the_model_rate() -> None:
         attach_alignments(utts, labels, factor=3, model_subsample=1, source="x")
 
 
-def test_ce_loss_falls_and_frame_head_decodes(tmp_path: Path, tokenizer: Tokenizer) -> None:
+# chunk=12: 2-token chunks with 2 frames of context; trained on chunks and validated on
+# whole utterances, the BLSTM learns this toy more slowly (70% frame accuracy, not 88%).
+@pytest.mark.parametrize("chunk", [0, 12])
+def test_ce_loss_falls_and_frame_head_decodes(tmp_path: Path, tokenizer: Tokenizer, chunk: int) -> None:
     torch.manual_seed(0)
     utts = _utts(tokenizer)
     batch = collate(utts)
@@ -156,7 +159,14 @@ def test_ce_loss_falls_and_frame_head_decodes(tmp_path: Path, tokenizer: Tokeniz
         tokenizer=tokenizer,
         exp_dir=tmp_path / "exp",
         cfg=TrainConfig(
-            epochs=60, max_frames=10_000, max_batch=8, progress=False, device="cpu", keep_checkpoints=1
+            epochs=60,
+            max_frames=10_000,
+            max_batch=8,
+            progress=False,
+            device="cpu",
+            keep_checkpoints=1,
+            chunk_frames=chunk,
+            chunk_context=2 if chunk else 0,
         ),
         optim=OptimConfig(lr=1e-2),
         schedule=ScheduleConfig(warmup_steps=0),
@@ -170,8 +180,59 @@ def test_ce_loss_falls_and_frame_head_decodes(tmp_path: Path, tokenizer: Tokeniz
     after = trainer.validate()
     assert set(after) == {"loss", "frame_acc", "wer"}
     assert after["loss"] < 0.5 * before["loss"]
-    assert after["frame_acc"] > 80.0 > before["frame_acc"] + 30, (before, after)
+    assert after["frame_acc"] > (60.0 if chunk else 80.0) > before["frame_acc"] + 30, (before, after)
     assert after["wer"] < before["wer"], (before, after)
+
+
+@pytest.mark.parametrize(("width", "context", "subsample"), [(4, 0, 1), (6, 3, 1), (6, 3, 3), (30, 6, 3)])
+def test_chunks_score_every_frame_once_with_its_own_features(
+    width: int, context: int, subsample: int
+) -> None:
+    rng = np.random.default_rng(3)
+    utts = []
+    for k, n in enumerate([23, 9, 1, 12]):
+        labels = rng.integers(0, 50, size=-(-n // subsample))
+        utts.append(
+            Utterance(
+                f"u{k}", rng.standard_normal((n, 2)).astype(np.float32), np.zeros(1, np.int64), ali=labels
+            )
+        )
+    batch = collate(utts)
+    batch.norm, batch.global_utts = 2.5, 8
+    chunks = chunk_batch(batch, width, context=context, subsample=subsample)
+    assert (chunks.norm, chunks.global_utts) == (2.5, 8)
+    assert chunks.feats.shape[1] <= width + 2 * context
+    scored: dict[str, list[int]] = {u.utt: [] for u in utts}
+    for k, name in enumerate(chunks.utts):
+        utt, start = name.rsplit("-", 1)
+        source = next(u for u in utts if u.utt == utt)
+        first = max(0, int(start) - context)
+        n = int(chunks.lengths[k])
+        # The chunk's features are its stretch of the utterance, padded with zeros.
+        np.testing.assert_array_equal(chunks.feats[k, :n].numpy(), source.feats[first : first + n])
+        assert not chunks.feats[k, n:].any()
+        for j, label in enumerate(chunks.frame_targets[k].tolist()):
+            if label >= 0:
+                position = first // subsample + j
+                assert label == source.ali[position]
+                assert int(start) // subsample <= position < -(-(int(start) + width) // subsample)
+                scored[utt].append(position)
+    # Every output frame of every utterance is scored once, in exactly one chunk.
+    for u in utts:
+        assert sorted(scored[u.utt]) == list(range(u.ali.size)), u.utt
+    # As many frames are scored as in the whole batch.
+    assert int((chunks.frame_targets >= 0).sum()) == int((batch.frame_targets >= 0).sum())
+
+
+def test_chunks_need_frame_targets_and_sizes_the_model_can_take() -> None:
+    utt = Utterance("u", np.zeros((9, 2), np.float32), np.zeros(1, np.int64))
+    with pytest.raises(ConfigError, match="objective=ce"):
+        chunk_batch(collate([utt]), 3)
+    utt.ali = np.zeros(3, dtype=np.int64)
+    with pytest.raises(ConfigError, match="multiples"):
+        chunk_batch(collate([utt]), 4, subsample=3)
+    with pytest.raises(ConfigError, match="chunk_context"):
+        TrainConfig(chunk_context=10).check()
 
 
 def test_ce_without_frame_head_or_targets_is_a_config_error(tokenizer: Tokenizer) -> None:

@@ -340,7 +340,8 @@ def test_speed_perturbed_training_set_gmms_learn_originals_and_align_every_copy(
 
     make_an4_subset(tmp_path / "data", train=40, dev=4, test=1)
     speed_perturb(tmp_path / "data" / "train", [0.9, 1.0])
-    args = _args(tmp_path, "gmm.mono_iters=4", "gmm.mono_realign=[1,2]", "gmm.tri_iters=2", "gmm.tri_realign=[]")
+    small_gmm = ("gmm.mono_iters=4", "gmm.mono_realign=[1,2]", "gmm.tri_iters=2", "gmm.tri_realign=[]")
+    args = _args(tmp_path, *small_gmm)
     result = run_cli(*_stages(2, 4, *args))
     assert result.returncode == 0, result.stderr[-3000:]
     utts = read_data_dir(tmp_path / "data" / "train").utt_ids

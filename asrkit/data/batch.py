@@ -229,3 +229,63 @@ def plan_buckets(
     if cuts and len(ordered) - start < min_batch:
         cuts.pop()  # the short last batch joins the one before
     return np.split(order, cuts) if len(ordered) else []
+
+
+def chunk_batch(batch: Batch, width: int, *, context: int = 0, subsample: int = 1) -> Batch:
+    """A frame-target batch cut into chunks of ``width`` input frames, each with up to
+    ``context`` frames of its utterance on either side (Kaldi's BLSTM training: chunks
+    with extra left and right context whose outputs are not scored).
+
+    Chunk ``k`` of an utterance scores its frames ``[k * width, (k + 1) * width)``; the
+    context frames' targets become -1 (ignored), so each frame is scored exactly once and
+    the summed loss is over the same frames as the whole batch's. ``norm`` and
+    ``global_utts`` are kept, so the gradient is normalised as the unchunked batch's.
+    Chunks are padded to the longest, which is at most ``width + 2 * context``.
+
+    Args:
+        width / context: in input frames, multiples of ``subsample``.
+        subsample: input frames per output frame (target) of the model.
+
+    Raises:
+        ConfigError: bad sizes, or a batch without frame targets (CTC cannot be chunked:
+            a chunk's words are unknown).
+    """
+    if width <= 0 or context < 0 or width % subsample or context % subsample:
+        raise ConfigError(
+            f"chunks of {width} frames with {context} frames of context: need width > 0, "
+            f"context >= 0, both multiples of the model's subsampling factor {subsample}"
+        )
+    if batch.frame_targets is None:
+        raise ConfigError(
+            "train.chunk_frames needs frame targets (objective=ce); CTC trains on whole utterances"
+        )
+    feats, targets = batch.feats.numpy(), batch.frame_targets.numpy()
+    pieces: list[tuple[int, int, int, int, int]] = []  # utterance, first, last, first scored, last scored
+    for b, n in enumerate(batch.lengths.tolist()):
+        for start in range(0, n, width):
+            stop = min(start + width, n)
+            pieces.append((b, max(0, start - context), min(n, stop + context), start, stop))
+    longest = max(last - first for _, first, last, _, _ in pieces)
+    out_len = -(-longest // subsample)
+    chunk_feats = np.zeros((len(pieces), longest, feats.shape[2]), dtype=feats.dtype)
+    chunk_targets = np.full((len(pieces), out_len), -1, dtype=np.int64)
+    lengths = np.zeros(len(pieces), dtype=np.int64)
+    ids = []
+    for k, (b, first, last, start, stop) in enumerate(pieces):
+        chunk_feats[k, : last - first] = feats[b, first:last]
+        lengths[k] = last - first
+        lo, hi = (start - first) // subsample, -(-(stop - first) // subsample)
+        src = start // subsample
+        labels = targets[b, src : src + hi - lo]
+        chunk_targets[k, lo : lo + labels.size] = labels
+        ids.append(f"{batch.utts[b]}-{start}")
+    return Batch(
+        ids,
+        torch.from_numpy(chunk_feats),
+        torch.from_numpy(lengths),
+        batch.targets,
+        batch.target_lengths,
+        batch.norm,
+        torch.from_numpy(chunk_targets),
+        batch.global_utts,
+    )

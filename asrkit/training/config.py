@@ -144,6 +144,12 @@ class TrainConfig:
             step instead of streaming them from the feature archives (small sets only).
         max_steps: stop after this many optimizer steps in all (0 = run every epoch;
             benchmarks and smoke tests).
+        chunk_frames: frame-target (CE) training only: cut each batch's utterances into
+            chunks of this many input frames (0 = whole utterances), each seeing
+            ``chunk_context`` more frames of its utterance on either side that are not
+            scored (Kaldi's BLSTM chunks; :func:`asrkit.data.batch.chunk_batch`). Multiples
+            of the model's subsampling factor. Validation and decoding use whole utterances.
+        chunk_context: see ``chunk_frames``.
     """
 
     epochs: int = 20
@@ -164,6 +170,8 @@ class TrainConfig:
     loader_workers: int = 1
     in_memory: bool = False
     max_steps: int = 0
+    chunk_frames: int = 0
+    chunk_context: int = 0
 
     def check(self) -> None:
         if self.max_frames < 1 or self.max_batch < 1:
@@ -188,6 +196,11 @@ class TrainConfig:
             )
         if self.loader not in LOADERS:
             raise ConfigError(f"train.loader={self.loader!r} is unknown; choose {' or '.join(LOADERS)}")
+        if self.chunk_frames < 0 or self.chunk_context < 0 or (self.chunk_context and not self.chunk_frames):
+            raise ConfigError(
+                f"train.chunk_frames={self.chunk_frames}, train.chunk_context={self.chunk_context}: "
+                "both >= 0, and context only with chunks (chunk_frames=0: whole utterances)"
+            )
         if self.keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1")
         if self.average_last > self.keep_checkpoints:

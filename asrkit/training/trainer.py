@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from asrkit.data.batch import Batch, Utterance
+from asrkit.data.batch import Batch, Utterance, chunk_batch
 from asrkit.data.prefetch import timed
 from asrkit.data.stream import BucketBatches, UtteranceSource, as_source
 from asrkit.device import pick_device
@@ -229,6 +229,12 @@ class Trainer:
         self.objective = objective or CtcObjective()
         self.device = pick_device(cfg.device)
         self.model = model.to(self.device)
+        factor = int(getattr(model, "subsample", 1))
+        if cfg.chunk_frames % factor or cfg.chunk_context % factor:
+            raise ConfigError(
+                f"train.chunk_frames={cfg.chunk_frames} and train.chunk_context={cfg.chunk_context} must be "
+                f"multiples of the model's subsampling factor {factor} (model.subsample)"
+            )
         self.hooks = hooks or TrainHooks()
         self.tokenizer, self.dev, self.is_main = tokenizer, as_source(dev), self.hooks.is_main
         self.dev_texts = self.dev.texts()
@@ -354,7 +360,7 @@ class Trainer:
 
     def _augment(self, batch: Batch) -> Batch:
         feats = spec_augment(batch.feats, batch.lengths, self.specaug, self.generator)
-        return Batch(
+        batch = Batch(
             batch.utts,
             feats,
             batch.lengths,
@@ -364,6 +370,14 @@ class Trainer:
             batch.frame_targets,
             batch.global_utts,
         )
+        if self.cfg.chunk_frames:
+            batch = chunk_batch(
+                batch,
+                self.cfg.chunk_frames,
+                context=self.cfg.chunk_context,
+                subsample=int(getattr(self.model, "subsample", 1)),
+            )
+        return batch
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
