@@ -5,6 +5,8 @@ its settings hash covers both, transitively. A finished stage records that hash 
 ``<where its outputs go>/.stages/<number>-<name>.json`` (written last, atomically): a
 rerun with the same settings skips it and says so, a change or ``--force`` runs it
 again. A stage that fails or is killed leaves no record, so it runs again next time.
+A run holds its experiment dir (:mod:`asrkit.stages.lock`): a second run of the same
+experiment is refused while the first lives.
 
 Stages belong to a *pipeline* (the ``pipeline`` setting), each numbered on its own as the
 stages of a Kaldi recipe are: ``ctc`` (the default: CTC acoustic models) and ``hybrid``
@@ -28,6 +30,7 @@ from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, settings_hash, to_ob
 from asrkit.data.io import atomic_write
 from asrkit.distributed.launch import launched_rank
 from asrkit.errors import ConfigError
+from asrkit.stages.lock import LOCK_NAME, experiment_lock
 
 log = logging.getLogger("asrkit.stages")
 
@@ -191,6 +194,25 @@ def run_stages(
         config_name=config_name,
     )
     ctx.exp_dir.mkdir(parents=True, exist_ok=True)
+    if launched_rank() != "0":
+        # Under a user's own torchrun every rank runs the stages; rank 0 holds the lock.
+        _run_locked(ctx, cfg, typed, selected, pipeline=pipeline, command=command, force=force)
+        return
+    node = typed.strategy.node_rank
+    with experiment_lock(ctx.exp_dir, name=LOCK_NAME if node == 0 else f"{LOCK_NAME}.node{node}"):
+        _run_locked(ctx, cfg, typed, selected, pipeline=pipeline, command=command, force=force)
+
+
+def _run_locked(
+    ctx: StageContext,
+    cfg: DictConfig,
+    typed: AsrkitConfig,
+    selected: list[Stage],
+    *,
+    pipeline: str,
+    command: Sequence[str],
+    force: bool,
+) -> None:
     atomic_write(ctx.exp_dir / "config.yaml", OmegaConf.to_yaml(cfg))
     atomic_write(ctx.exp_dir / "command", shlex.join(command) + "\n")
     handler = logging.FileHandler(_log_file(ctx.exp_dir), encoding="utf-8")
