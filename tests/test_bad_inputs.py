@@ -652,6 +652,34 @@ def _(w: Work):
     return Run(["transcribe", str(w.exp), str(w.audio("spk1-utt0"))]), [str(w.exp / "model.pt")]
 
 
+def _other_units(w: Work) -> None:
+    """The experiment's tokenizer replaced by one with other units (a model copied in from
+    another experiment meets the same)."""
+    from asrkit.targets import TokenizerConfig, train_tokenizer
+
+    shutil.rmtree(w.exp / "tokenizer")
+    train_tokenizer({"u1": "ABC ABC", "u2": "CAB"}, w.exp / "tokenizer", TokenizerConfig(kind="char"))
+
+
+@case("transcribe-model-of-other-units")
+def _(w: Work):
+    w.trained()
+    _other_units(w)
+    return Run(["transcribe", str(w.exp), str(w.audio("spk1-utt0"))]), [
+        str(w.exp / "model.pt"),
+        "trained on",
+        str(w.exp / "tokenizer"),
+        "experiment that trained it",
+    ]
+
+
+@case("decode-model-of-other-units")
+def _(w: Work):
+    w.trained()
+    _other_units(w)
+    return w.stage(5), [str(w.exp / "model.pt"), "trained on", "experiment that trained it"]
+
+
 @case("decode-model-corrupt")
 def _(w: Work):
     w.trained()

@@ -13,6 +13,7 @@ from asrkit.config import DEFAULT_CONFIG_DIR, compose, to_object
 from asrkit.data.batch import Utterance, collate, make_buckets
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.decoding.greedy import greedy_ctc
+from asrkit.errors import DataError
 from asrkit.models import MODEL_SIZES, ModelConfig, build_model
 from asrkit.models.checkpoint import build_from_meta, load_model_bundle, save_checkpoint
 from asrkit.models.lstm import LSTMAcousticModel
@@ -55,6 +56,22 @@ def test_tokenizer_round_trip_and_files(tmp_path: Path, kind: str) -> None:
     assert units[0] == "<blank> 0" and len(units) == tok.num_tokens + 1
     words = (tmp_path / kind / "words.txt").read_text().split()
     assert words == sorted({w for t in TEXTS.values() for w in t.split()})
+
+
+def test_a_model_of_other_units_is_refused(tmp_path: Path) -> None:
+    mine = train_tokenizer({"u": "AB CD"}, tmp_path / "mine", TokenizerConfig(kind="char"))
+    # As many units, other letters: only the recorded digest tells them apart.
+    other = train_tokenizer({"u": "WX YZ"}, tmp_path / "other", TokenizerConfig(kind="char"))
+    assert other.num_tokens == mine.num_tokens
+    mine.check_model({"units": mine.signature()}, mine.num_tokens, model="m.pt")
+    with pytest.raises(
+        DataError, match=rf"m.pt: the model was trained on {mine.num_tokens} sentencepiece units"
+    ):
+        mine.check_model({"units": other.signature()}, other.num_tokens, model="m.pt")
+    # A bundle from before units were recorded: the count is checked.
+    mine.check_model({}, mine.num_tokens, model="m.pt")
+    with pytest.raises(DataError, match="trained on 3 units.*experiment that trained it"):
+        mine.check_model({}, 3, model="m.pt")
 
 
 @pytest.mark.parametrize("size", sorted(MODEL_SIZES))

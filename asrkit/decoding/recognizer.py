@@ -89,6 +89,7 @@ class Recognizer:
         self.model, self.meta = load_model_bundle(self.exp_dir / model, device=self.device)
         self.features = FeatureConfig(**self.meta["features"])
         self.tokenizer = Tokenizer(self.exp_dir / self.meta["tokenizer"])
+        self.tokenizer.check_model(self.meta, int(self.model.num_tokens), model=self.exp_dir / model)
         stats = None
         if self.meta["cmvn"] == "global":
             stats_file = self.exp_dir / "cmvn_global.ark"

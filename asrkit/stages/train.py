@@ -159,6 +159,7 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
         "features": dataclasses.asdict(cfg.features),
         "cmvn": cfg.features.cmvn,
         "tokenizer": "tokenizer",
+        "units": tokenizer.signature(),
         "objective": cfg.objective,
         "decode_head": objective.decodes_from,
     }

@@ -11,6 +11,7 @@ directory holds ``lexicon.txt`` instead of ``sp.model`` (:mod:`asrkit.targets.ph
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
 import os
@@ -93,6 +94,39 @@ class Tokenizer:
         if self._phones is not None:
             return self._phones.num_tokens
         return self._sp.get_piece_size()
+
+    def signature(self) -> dict[str, object]:
+        """What a model trained with this tokenizer records about its output units: the
+        kind, their number and a digest of the unit strings in id order."""
+        digest = hashlib.sha1("\n".join(self.units()).encode("utf-8")).hexdigest()
+        return {"kind": self.kind, "num_tokens": self.num_tokens, "units_sha1": digest}
+
+    def check_model(self, meta: dict, num_tokens: int, *, model: str | Path) -> None:
+        """Refuse a model whose output units are not this tokenizer's (a model copied in
+        from an experiment with other units would decode to wrong words, or fail).
+
+        Args:
+            meta: the model bundle's ``meta`` (``units``: :meth:`signature` at training).
+            num_tokens: the model's CTC outputs, not counting the blank.
+            model: the bundle's path, for the message.
+
+        Raises:
+            DataError: the units differ.
+        """
+        mine = self.signature()
+        theirs = meta.get("units")
+        if isinstance(theirs, dict) and "units_sha1" in theirs:
+            same = theirs.get("units_sha1") == mine["units_sha1"]
+            what = f"{theirs.get('num_tokens', '?')} {theirs.get('kind', '?')} units"
+        else:  # a bundle from before units were recorded: their number is all there is
+            same = num_tokens == self.num_tokens
+            what = f"{num_tokens} units"
+        if not same or num_tokens != self.num_tokens:
+            raise DataError(
+                f"{model}: the model was trained on {what}, but {self.model_dir} holds "
+                f"{self.num_tokens} {self.kind} units; decode it in the experiment that trained it "
+                "(or copy that experiment's tokenizer/ here)"
+            )
 
     def units(self) -> list[str]:
         """Unit strings by model id (index 0 is the blank)."""
