@@ -20,6 +20,21 @@ class ConfigError(UserError):
     """A setting is unknown or has a value asrkit cannot use."""
 
 
+#: Exit status of a run stopped by a signal after saving where it was (the shell's 128 + N
+#: would read as "killed"; this one means "rerun the same command to continue").
+STOPPED_EXIT = 3
+
+
+class TrainingStopped(UserError):
+    """Training stopped on a signal after saving a resume state; the message is the line
+    for the user. ``quiet``: this process has nothing to add (a learner other than the
+    main one, or the parent of learners that said it)."""
+
+    def __init__(self, message: str, *, quiet: bool = False) -> None:
+        super().__init__(message)
+        self.quiet = quiet
+
+
 def raise_all(problems: list[str]) -> None:
     """Raise one :class:`ConfigError` that lists every problem (nothing when there is none);
     its ``problems`` attribute holds them one by one."""

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from typing import Any
 
-from asrkit.errors import UserError
+from asrkit.errors import STOPPED_EXIT, TrainingStopped, UserError
 
 #: Sub-command -> its module. Only the chosen command's module is imported (``asrkit
 #: score`` needs no torch); ``asrkit --help`` imports them all to list them.
@@ -62,14 +65,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     # basicConfig does nothing when the host (a test runner, a notebook) already
     # configured logging; asrkit's own stage logs must still reach the run log.
     logging.getLogger("asrkit").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    previous = _terminate_like_ctrl_c()
     try:
         return int(args.func(args) or 0)
+    except TrainingStopped as stopped:
+        if not stopped.quiet:
+            print(f"asrkit: {stopped}", file=sys.stderr)
+        return STOPPED_EXIT
     except UserError as err:
         print(f"asrkit: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("asrkit: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        how = f"by {err.args[0]}" if err.args else "(Ctrl-C)"
+        print(f"asrkit: interrupted {how}", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_like_ctrl_c() -> Any:
+    """SIGTERM outside training (which saves and stops on its own) unwinds like Ctrl-C, so
+    ``finally`` blocks remove half-written files; returns the handler it replaced (None
+    off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    return signal.signal(signal.SIGTERM, terminated)
 
 
 if __name__ == "__main__":

@@ -440,7 +440,10 @@ def _kill(procs: list[Any]) -> None:
 
 def _serve(pool: ReaderPool, worker: int, commands: Any, replies: Any, parent: int) -> None:
     """A worker process: for each run, fill the slots of batches ``worker::workers``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
+    # Ctrl-C and SIGTERM are the learner's to handle: it finishes its step, saves and
+    # closes the pool; a worker whose learner is gone ends on its own (below).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # The collector would touch every object inherited from the learner (copying its
     # pages) and could run their finalizers here; this loop makes no garbage cycles.
     gc.disable()

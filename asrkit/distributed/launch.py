@@ -8,11 +8,15 @@ and nowhere else in the library: :func:`context_from_env` turns them into a
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from asrkit.distributed.config import StrategyConfig
-from asrkit.errors import ConfigError, UserError
+from asrkit.errors import STOPPED_EXIT, ConfigError, TrainingStopped, UserError
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +155,63 @@ def launch_learners(cfg: StrategyConfig, module_args: Sequence[str]) -> None:
         " ".join(command),
     )
     env = dict(os.environ, OMP_NUM_THREADS=str(cfg.threads_per_learner))
-    proc = subprocess.run(command, env=env, check=False)
-    if proc.returncode != 0:
+    # The agent leads a process group of its own (with its learners), so that a Ctrl-C at
+    # the terminal reaches it once, through this process; it is also told to stop when
+    # this process dies.
+    proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_stop_with_parent)
+    first: list[float] = []
+    got: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        now = time.monotonic()
+        if not first:
+            first.append(now)
+            got.append(signum)
+            proc.send_signal(signum)  # the agent passes it to the learners, which save and stop
+        elif now - first[0] >= SAME_STOP_S:
+            os.killpg(proc.pid, signal.SIGKILL)  # a second request: stop now
+
+    previous = {}
+    if _main_thread():
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        returncode = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:  # an exception here: do not leave the learners behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if returncode == STOPPED_EXIT:
+        raise TrainingStopped("", quiet=True)  # the main learner said where it stopped
+    if got and returncode != 0:
+        raise TrainingStopped(
+            f"stopped by {signal.Signals(got[0]).name}; rerun the same command to continue from the "
+            "last saved resume state"
+        )
+    if returncode != 0:
         raise UserError(
             f"distributed training failed: torchrun exited with status "
-            f"{proc.returncode}; the failing learner's error is printed above"
+            f"{returncode}; the failing learner's error is printed above"
         )
+
+
+#: Seconds after a first signal in which another one is the same request.
+SAME_STOP_S = 2.0
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _stop_with_parent() -> None:
+    """In the agent before it starts: SIGTERM when the launching process dies (Linux's
+    ``PR_SET_PDEATHSIG``), so a killed ``asrkit run`` leaves no learners behind."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's handlers still pass signals on
 
 
 def check_world(cfg: StrategyConfig, ctx: DistContext) -> None:

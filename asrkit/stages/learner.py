@@ -16,7 +16,7 @@ import torch.distributed as dist
 from asrkit.config import load_saved
 from asrkit.device import pick_device
 from asrkit.distributed.launch import context_from_env, launched_rank
-from asrkit.errors import UserError
+from asrkit.errors import STOPPED_EXIT, TrainingStopped, UserError
 from asrkit.stages.train import train_learner
 
 
@@ -34,6 +34,10 @@ def main(argv: list[str]) -> int:
             datefmt="%Y-%m-%d %H:%M:%S",
         )
         train_learner(cfg, data_root=Path(cfg.data_root), exp_dir=Path(cfg.exp_dir), dctx=dctx)
+    except TrainingStopped as stopped:
+        if not stopped.quiet:
+            print(f"asrkit: {stopped}", file=sys.stderr)
+        return STOPPED_EXIT
     except UserError as err:
         print(f"asrkit: error: {err}", file=sys.stderr)
         return 2

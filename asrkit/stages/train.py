@@ -54,6 +54,7 @@ from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.allocator import retain_freed_memory
 from asrkit.training.objectives import build_objective
 from asrkit.training.resume import FaultInjection
+from asrkit.training.stop import StopRequest
 from asrkit.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,21 @@ def train(ctx: StageContext) -> None:
 
 
 def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: DistContext) -> None:
-    """Train as learner ``dctx.rank``; the main learner writes the outputs."""
+    """Train as learner ``dctx.rank``; the main learner writes the outputs. SIGINT and
+    SIGTERM from here on stop training after a step, with a resume state saved
+    (:mod:`asrkit.training.stop`)."""
+    stop = StopRequest()
+    installed = stop.install()
+    try:
+        _train_learner(cfg, data_root=data_root, exp_dir=exp_dir, dctx=dctx, stop=stop)
+    finally:
+        if installed:
+            stop.restore()
+
+
+def _train_learner(
+    cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: DistContext, stop: StopRequest
+) -> None:
     retain_freed_memory()  # batches reuse freed pages (asrkit.training.allocator)
     if dctx.world_size > 1:
         check_world(cfg.strategy, dctx)
@@ -180,6 +195,7 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
         objective=objective,
         resume=_resume_mode(cfg.resume, restart=dctx.restart),
         fault=FaultInjection.parse(dctx.fault_kill, rank=dctx.rank, restart=dctx.restart),
+        stop=stop,
         resume_key=settings_hash(
             cfg, stage_settings(stage_number("train", pipeline=cfg.pipeline), pipeline=cfg.pipeline)
         )[0],

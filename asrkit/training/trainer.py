@@ -41,6 +41,7 @@ from asrkit.training.resume import (
 )
 from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
+from asrkit.training.stop import StopRequest, TrainingStopped
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +223,7 @@ class Trainer:
         resume: str = "false",
         resume_key: str = "",
         fault: FaultInjection | None = None,
+        stop: StopRequest | None = None,
     ) -> None:
         cfg.check()  # for callers that build a Trainer without composing a recipe config
         self.resume, self.resume_key = check_resume_mode(resume), resume_key
@@ -263,6 +265,9 @@ class Trainer:
         self.last_dev: dict[str, float] = {}
         self.store = ResumeStore(self.exp_dir / "checkpoints" / "resume", self.hooks.rank)
         self.fault = fault
+        self.stop = stop
+        #: The batch after which a signal stopped this epoch's steps (None: not stopped).
+        self._stopped_after: int | None = None
 
     def fit(self) -> TrainState:
         """Train for ``cfg.epochs`` epochs, validating and checkpointing after each
@@ -285,6 +290,8 @@ class Trainer:
             seconds, waited = self.train_epoch(
                 model, self.batches.epoch(epoch, start=skip), epoch=epoch, first=skip
             )
+            if self._stopped_after is not None:
+                self._stop_mid_epoch(epoch, self._stopped_after)
             self.state.epoch = epoch + 1
             last = self.state.epoch == self.cfg.epochs or self._stop_early()
             if not last:
@@ -295,6 +302,41 @@ class Trainer:
             self.save_resume_state((epoch + 1, 0))
             if last:
                 break
+            if self._stop_agreed():
+                raise TrainingStopped(
+                    f"stopped by {self._signal_name()} after epoch {epoch + 1} of {self.cfg.epochs}; "
+                    "rerun the same command to continue",
+                    quiet=not self.is_main,
+                )
+
+    def _signal_name(self) -> str:
+        return self.stop.name if self.stop is not None and self.stop.requested else "a signal"
+
+    def _stop_agreed(self) -> bool:
+        """A signal asked this run to stop: lock-step learners agree (a collective after
+        every step, so all stop after the same batch); the others each act on their own."""
+        if self.stop is None:
+            return False
+        if self.hooks.world_size > 1 and self.hooks.lockstep:
+            return self.hooks.reduce_sums({"stop": float(self.stop.requested)})["stop"] > 0
+        return self.stop.requested
+
+    def _stop_mid_epoch(self, epoch: int, batch: int) -> None:
+        """Save where the epoch stands and raise :class:`TrainingStopped`."""
+        where = f"at epoch {epoch + 1}, batch {batch} of {len(self.batches)}"
+        if self.hooks.lockstep:
+            self.save_resume_state((epoch, batch))
+            self.hooks.wait_for_saves()
+            text = f"stopped by {self._signal_name()} {where}; rerun the same command to continue"
+        else:
+            # Learners that do not step together resume from epoch ends (their positions
+            # differ); the state saved at the last one stays.
+            text = (
+                f"stopped by {self._signal_name()} {where}; rerun the same command to continue "
+                f"from the start of epoch {epoch + 1} ({self.hooks.world_size} learners that "
+                "average asynchronously resume from epoch ends)"
+            )
+        raise TrainingStopped(text, quiet=not self.is_main)
 
     def _step_cap_reached(self) -> bool:
         return 0 < self.cfg.max_steps <= self.state.step
@@ -343,6 +385,9 @@ class Trainer:
                 self.state.first_step_time = time.time()
             self._log_step(bar, loss.item(), lr, frames / elapsed, waited / elapsed)
             if self._step_cap_reached():
+                break
+            if index < len(self.batches) and self._stop_agreed():
+                self._stopped_after = index
                 break
         stream.close()  # stops read-ahead threads when the loop ends early
         if bar is not None:

@@ -1,0 +1,74 @@
+"""Stopping training cleanly on SIGINT (Ctrl-C) and SIGTERM (Slurm's time limit and
+preemption, ``kill``).
+
+:class:`StopRequest` replaces Python's default handlers while training runs: the first
+signal only records itself, and the training loop looks at the record after each step
+(the step in hand always finishes). The learners then agree to stop (the lock-step
+strategies after every step, so they stop at the same batch), save a resume state and
+raise :class:`TrainingStopped`, which the CLI turns into one line and
+:data:`~asrkit.errors.STOPPED_EXIT` — the same command continues from there.
+
+A second signal stops the process at once, with the signal's default action. One
+``kill`` of a process group and torchrun's agent passing the same signal on reach a
+learner twice within milliseconds: a signal within :data:`SAME_STOP_S` of the first
+counts as the same request.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from asrkit.errors import STOPPED_EXIT, TrainingStopped
+
+__all__ = ["SAME_STOP_S", "SIGNALS", "STOPPED_EXIT", "StopRequest", "TrainingStopped"]
+
+#: Seconds after a first signal in which another one is the same request, not a second one.
+SAME_STOP_S = 2.0
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopRequest:
+    """The first SIGINT/SIGTERM, recorded by handlers installed with :meth:`installed`."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._when = 0.0
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else ""
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self.signum is None:
+            self.signum, self._when = signum, now
+            return
+        if now - self._when < SAME_STOP_S:
+            return
+        # A second request: stop now, as the signal would have without us.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def install(self) -> bool:
+        """Take over SIGINT and SIGTERM (main thread only; elsewhere nothing is changed and
+        False is returned)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for sig in SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return True
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
