@@ -143,3 +143,58 @@ def test_signals_stop_training_cleanly_and_it_resumes_to_the_same_model(
 @pytest.mark.slow
 def test_twenty_ctrl_c_in_a_row(tmp_path: Path) -> None:
     _stop_and_resume(tmp_path, signal.SIGINT, times=20)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _left_running(exp: Path) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", str(exp)], capture_output=True, text=True, check=False).stdout
+    return [ln for ln in out.splitlines() if "pgrep" not in ln]
+
+
+@pytest.mark.parametrize("strategy", ["sync", "adpsgd"])
+def test_sigterm_to_a_two_learner_run_stops_every_process_and_resumes(tmp_path: Path, strategy: str) -> None:
+    common = _prepare(tmp_path)
+    learners = [
+        f"strategy={strategy}",
+        "strategy.learners=2",
+        "strategy.timeout_s=60",
+        "train.max_batch=4",  # SYNC: global batches of 4, 2 per learner
+    ]
+    if strategy == "sync":
+        reference = _train(tmp_path, common, "reference", *learners, f"strategy.master_port={_free_port()}")
+        _, err = reference.communicate(timeout=600)
+        assert reference.returncode == 0, err[-3000:]
+
+    exp = tmp_path / "exp"
+    proc = _train(tmp_path, common, "exp", *learners, f"strategy.master_port={_free_port()}")
+    first_save = exp / "checkpoints" / "resume" / "rank1.pt"
+    end = time.monotonic() + 300
+    while not first_save.exists():
+        assert proc.poll() is None and time.monotonic() < end, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    time.sleep(random.Random(2).uniform(0.0, 0.5))
+    proc.send_signal(signal.SIGTERM)  # the launching process only, as `kill PID` does
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == STOPPED_EXIT, err[-3000:]
+    _assert_clean_stop(err, "SIGTERM")
+    time.sleep(0.5)
+    assert not _left_running(exp), _left_running(exp)
+
+    again = _train(tmp_path, common, "exp", *learners, f"strategy.master_port={_free_port()}")
+    _, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+    assert "resuming from" in err
+    if strategy == "sync":
+        ours = torch.load(exp / "model.pt", map_location="cpu", weights_only=False)["model"]
+        theirs = torch.load(tmp_path / "reference" / "model.pt", map_location="cpu", weights_only=False)[
+            "model"
+        ]
+        for key in ours:
+            assert torch.equal(ours[key], theirs[key]), key

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -139,7 +140,12 @@ def torchrun_command(cfg: StrategyConfig, module_args: Sequence[str]) -> list[st
     ]
 
 
-def launch_learners(cfg: StrategyConfig, module_args: Sequence[str]) -> None:
+#: Where the main learner writes the line saying where a signal stopped it, for the
+#: launcher to print once every learner has stopped.
+STOP_NOTE_ENV = "ASRKIT_STOP_NOTE"
+
+
+def launch_learners(cfg: StrategyConfig, module_args: Sequence[str], *, note: Path | None = None) -> None:
     """Run ``cfg.learners`` learner processes on this node and wait for them.
 
     Raises:
@@ -155,6 +161,9 @@ def launch_learners(cfg: StrategyConfig, module_args: Sequence[str]) -> None:
         " ".join(command),
     )
     env = dict(os.environ, OMP_NUM_THREADS=str(cfg.threads_per_learner))
+    if note is not None:
+        note.unlink(missing_ok=True)
+        env[STOP_NOTE_ENV] = str(note)
     # The agent leads a process group of its own (with its learners), so that a Ctrl-C at
     # the terminal reaches it once, through this process; it is also told to stop when
     # this process dies.
@@ -182,12 +191,15 @@ def launch_learners(cfg: StrategyConfig, module_args: Sequence[str]) -> None:
         if proc.poll() is None:  # an exception here: do not leave the learners behind
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    if returncode == STOPPED_EXIT:
-        raise TrainingStopped("", quiet=True)  # the main learner said where it stopped
-    if got and returncode != 0:
+    if returncode == STOPPED_EXIT or (got and returncode != 0):
+        said = ""
+        if note is not None and note.is_file():
+            said = note.read_text().strip()
+            note.unlink()
+        name = signal.Signals(got[0]).name if got else "a signal"
         raise TrainingStopped(
-            f"stopped by {signal.Signals(got[0]).name}; rerun the same command to continue from the "
-            "last saved resume state"
+            said
+            or f"stopped by {name} before training saved anything new; rerun the same command to continue"
         )
     if returncode != 0:
         raise UserError(

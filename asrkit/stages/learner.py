@@ -8,6 +8,7 @@ run that launched it.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch.distributed as dist
 
 from asrkit.config import load_saved
 from asrkit.device import pick_device
-from asrkit.distributed.launch import context_from_env, launched_rank
+from asrkit.distributed.launch import STOP_NOTE_ENV, context_from_env, launched_rank
 from asrkit.errors import STOPPED_EXIT, TrainingStopped, UserError
 from asrkit.stages.train import train_learner
 
@@ -36,7 +37,11 @@ def main(argv: list[str]) -> int:
         train_learner(cfg, data_root=Path(cfg.data_root), exp_dir=Path(cfg.exp_dir), dctx=dctx)
     except TrainingStopped as stopped:
         if not stopped.quiet:
-            print(f"asrkit: {stopped}", file=sys.stderr)
+            note = os.environ.get(STOP_NOTE_ENV)
+            if note:  # asrkit's launcher says it, once, after every learner has stopped
+                Path(note).write_text(str(stopped))
+            else:
+                print(f"asrkit: {stopped}", file=sys.stderr)
         return STOPPED_EXIT
     except UserError as err:
         print(f"asrkit: error: {err}", file=sys.stderr)

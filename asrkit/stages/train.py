@@ -75,7 +75,11 @@ def train(ctx: StageContext) -> None:
         # Before any learner starts: they all read the tokenizer this may copy.
         adopt_alignment_tokenizer(alignment_source(ctx.cfg, ctx.exp_dir, "train"), ctx.exp_dir)
     if strategy.world_size > 1 and not under_torchrun():
-        launch_learners(strategy, ["asrkit.stages.learner", str(ctx.exp_dir / "config.yaml")])
+        launch_learners(
+            strategy,
+            ["asrkit.stages.learner", str(ctx.exp_dir / "config.yaml")],
+            note=ctx.exp_dir / "log" / "stopped",
+        )
         if strategy.node_rank == 0:
             log.info("learners finished; model saved as %s", ctx.exp_dir / "model.pt")
         return
