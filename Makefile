@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SHELL  := /bin/bash
 
-.PHONY: install sysdeps demo test test-multiproc test-integration test-all bench bench-quick lint typecheck clean
+.PHONY: install sysdeps slurmdeps demo test test-multiproc test-integration test-all bench bench-quick lint typecheck clean
 
 install: $(STAMP)
 
@@ -39,7 +39,16 @@ test-multiproc: install sysdeps
 test-integration: install sysdeps
 	$(PY) -m pytest -m integration
 
-test-all: install sysdeps
+# The Slurm test (tests/test_slurm.py) sets up a one-host cluster from Debian's packages.
+slurmdeps:
+	@if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing munge slurm-wlm with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq munge slurm-wlm >/dev/null; \
+	  else echo "warning: the Slurm test needs root and munge + slurm-wlm; it will be skipped"; fi; \
+	fi
+
+test-all: install sysdeps slurmdeps
 	$(PY) -m pytest -m ''
 
 # The decoding benchmark needs the demo model: the recipe runs first unless it already did.
