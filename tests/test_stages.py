@@ -103,6 +103,20 @@ def test_download_stage_fetches_and_skips(tmp_path: Path) -> None:
     assert "corpus found in" in (tmp_path / "exp" / "log" / "run.log").read_text()
 
 
+@pytest.mark.parametrize(
+    "command", ["run", "validate-data", "check-alignments", "bench", "score", "transcribe", "topology"]
+)
+def test_every_help_text_prints_as_written(command: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """argparse %-formats help strings but not descriptions: a literal '%%' shows as is."""
+    from asrkit.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    out = capfd.readouterr().out
+    assert out.startswith("usage: asrkit " + command) and "%%" not in out
+
+
 def test_help_lists_numbered_stages_and_command_is_saved(tmp_path: Path) -> None:
     result = run_cli("run", "--help")
     assert result.returncode == 0

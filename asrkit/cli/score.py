@@ -11,8 +11,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "score",
         help="WER/CER of a Kaldi hyp text against a ref text",
-        description="Print %%WER (Kaldi's line), %%CER (characters of the words, spaces "
-        "excluded) and %%SER. The alignment is the one chosen by --align, and every number, "
+        description="Print %WER (Kaldi's line), %CER (characters of the words, spaces "
+        "excluded) and %SER. The alignment is the one chosen by --align, and every number, "
         "the Kaldi line included, comes from it: 'sclite' (default; weights sub 4, ins 3, "
         "del 3 and sclite's tie-breaking, so totals and the sub/del/ins split equal NIST "
         "sclite's) or 'levenshtein' (unit costs, the minimum error count, as Kaldi's "
