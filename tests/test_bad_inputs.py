@@ -279,6 +279,22 @@ def _(w: Work):
     return Run(["validate-data", str(w.data / "train")]), [str(spk2utt), "speaker 'spk2'", "regenerate it"]
 
 
+@case("validate-data-audio-missing-empty-or-not-audio")
+def _(w: Work):
+    w.raw_data()
+    w.audio("spk1-utt0").unlink()
+    w.audio("spk2-utt1").write_bytes(b"")
+    w.audio("spk2-utt2").write_text("not audio at all\n")
+    return Run(["validate-data", str(w.data / "train")]), [
+        str(w.data / "train" / "wav.scp"),
+        "3 of 3 audio entries are bad",
+        f"spk1-utt0: {w.audio('spk1-utt0')} not found",
+        f"spk2-utt1: {w.audio('spk2-utt1')} is empty",
+        f"spk2-utt2: {w.audio('spk2-utt2')} is not readable audio",
+        "--quick",
+    ]
+
+
 @case("datadir-empty-transcript")
 def _(w: Work):
     w.raw_data()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile
 
 from asrkit.data import read_data_dir, read_kaldi_map, validate_data_dir, write_kaldi_map
 from asrkit.errors import DataError
@@ -81,6 +83,22 @@ def test_read_kaldi_map_allows_empty_values_only_when_asked(tmp_path: Path) -> N
 def test_validate_data_cli_ok(data_dir: Path) -> None:
     result = run_cli("validate-data", str(data_dir))
     assert result.returncode == 0 and "OK (4 utterances, 2 speakers" in result.stdout
+
+
+def test_validate_data_reads_audio_headers_unless_quick(data_dir: Path, capfd) -> None:
+    from asrkit.cli.main import main
+
+    wav = Path(read_kaldi_map(data_dir / "wav.scp")["spk2-utt3"])
+    soundfile.write(wav, np.zeros((800, 2), dtype=np.int16), 16000)  # two channels
+    assert main(["validate-data", str(data_dir)]) == 2
+    err = capfd.readouterr().err
+    assert "1 of 4 audio entries are bad: spk2-utt3" in err and "2 channels" in err
+    assert main(["validate-data", "--quick", str(data_dir)]) == 0
+    # A command is not run: only reading it would tell.
+    (data_dir / "wav.scp").write_text(
+        "".join(f"{u} cat {p} |\n" for u, p in sorted(read_kaldi_map(data_dir / "wav.scp").items()))
+    )
+    assert main(["validate-data", str(data_dir)]) == 0
 
 
 def test_a_tab_separates_the_key_as_a_space_does(tmp_path: Path) -> None:

@@ -240,3 +240,45 @@ def load_audio_file(
         )
     dtype = ">i2" if raw_byteorder == "big" else "<i2"
     return np.frombuffer(data, dtype=dtype).astype(np.float32), raw_rate
+
+
+def check_audio_files(data: DataDir, *, where: str | Path, show: int = 3) -> None:
+    """Check that every audio file ``wav.scp`` names exists and has a readable audio header
+    with samples, in one channel (commands ending in ``|`` are not run: only reading them
+    would tell). Only headers are read.
+
+    Raises:
+        DataError: one line giving how many entries are bad and the first ones, each with
+            its id and what is wrong.
+    """
+    problems: list[str] = []
+    for key, entry in data.wav_scp.items():
+        entry = entry.strip()
+        if entry.endswith("|"):
+            continue
+        path = Path(entry)
+        try:
+            if not path.is_file():
+                problems.append(f"{key}: {path} not found")
+                continue
+            if path.stat().st_size == 0:
+                problems.append(f"{key}: {path} is empty")
+                continue
+            if path.suffix.lower() in RAW_SUFFIXES:
+                continue  # headerless PCM: nothing to read but its size
+            info = soundfile.info(str(path))
+        except (soundfile.LibsndfileError, RuntimeError, ValueError, OSError) as err:
+            reason = str(err).replace(f"Error opening {str(path)!r}: ", "")
+            problems.append(f"{key}: {path} is not readable audio ({reason})")
+            continue
+        if info.frames == 0:
+            problems.append(f"{key}: {path} has no samples")
+        elif info.channels != 1:
+            problems.append(f"{key}: {path} has {info.channels} channels (asrkit expects mono)")
+    if problems:
+        shown = "; ".join(problems[:show])
+        more = f" (and {len(problems) - show} more)" if len(problems) > show else ""
+        raise DataError(
+            f"{Path(where) / 'wav.scp'}: {len(problems)} of {len(data.wav_scp)} audio entries are bad: "
+            f"{shown}{more}; fix the entries or restore the files (--quick skips this check)"
+        )
