@@ -20,6 +20,10 @@ class ConfigError(UserError):
     """A setting is unknown or has a value asrkit cannot use."""
 
 
+class DiskFull(UserError):
+    """A write failed for lack of space (ENOSPC); what was there before is intact."""
+
+
 #: Exit status of a run stopped by a signal after saving where it was (the shell's 128 + N
 #: would read as "killed"; this one means "rerun the same command to continue").
 STOPPED_EXIT = 3

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -65,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # basicConfig does nothing when the host (a test runner, a notebook) already
     # configured logging; asrkit's own stage logs must still reach the run log.
     logging.getLogger("asrkit").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    # A log file that cannot be written (a full disk) must not add tracebacks to the one
+    # line that says so.
+    logging.raiseExceptions = False
     previous = _terminate_like_ctrl_c()
     try:
         return int(args.func(args) or 0)
@@ -74,6 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return STOPPED_EXIT
     except UserError as err:
         print(f"asrkit: error: {err}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as err:
+        from asrkit.data.io import disk_full, is_disk_full
+
+        if not is_disk_full(err):
+            raise
+        where = getattr(err, "filename", None) or os.getcwd()
+        print(f"asrkit: error: {disk_full(where)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
         how = f"by {err.args[0]}" if err.args else "(Ctrl-C)"
@@ -91,7 +103,13 @@ def _terminate_like_ctrl_c() -> Any:
     if threading.current_thread() is not threading.main_thread():
         return None
 
+    pid = os.getpid()
+
     def terminated(signum: int, frame: object) -> None:
+        if os.getpid() != pid:  # a forked worker (a pool's terminate()): die as the signal says
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         raise KeyboardInterrupt("SIGTERM")
 
     return signal.signal(signal.SIGTERM, terminated)

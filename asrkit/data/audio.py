@@ -245,14 +245,16 @@ def load_audio_file(
 def check_audio_files(data: DataDir, *, where: str | Path, show: int = 3) -> None:
     """Check that every audio file ``wav.scp`` names exists and has a readable audio header
     with samples, in one channel (commands ending in ``|`` are not run: only reading them
-    would tell). Only headers are read.
+    would tell; in a segmented dir, recordings no segment uses are skipped, as reading
+    does). Only headers are read.
 
     Raises:
         DataError: one line giving how many entries are bad and the first ones, each with
             its id and what is wrong.
     """
     problems: list[str] = []
-    for key, entry in data.wav_scp.items():
+    recordings = data.recordings()  # in a segmented dir, those some segment uses
+    for key, entry in ((rec.id, rec.entry) for rec in recordings):
         entry = entry.strip()
         if entry.endswith("|"):
             continue
@@ -279,6 +281,6 @@ def check_audio_files(data: DataDir, *, where: str | Path, show: int = 3) -> Non
         shown = "; ".join(problems[:show])
         more = f" (and {len(problems) - show} more)" if len(problems) > show else ""
         raise DataError(
-            f"{Path(where) / 'wav.scp'}: {len(problems)} of {len(data.wav_scp)} audio entries are bad: "
+            f"{Path(where) / 'wav.scp'}: {len(problems)} of {len(recordings)} audio entries are bad: "
             f"{shown}{more}; fix the entries or restore the files (--quick skips this check)"
         )

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
+
+from asrkit.errors import DiskFull
 
 T = TypeVar("T")
 
@@ -31,10 +35,36 @@ def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if is_disk_full(err):
+            raise disk_full(path) from None
         raise
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """An ENOSPC (or EDQUOT) error, torch's way of saying one while saving, or the
+    :class:`~asrkit.errors.DiskFull` made of one."""
+    if isinstance(err, DiskFull):
+        return True
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(err, RuntimeError) and "unexpected pos" in str(err)  # torch.save's zip writer
+
+
+def disk_full(path: str | os.PathLike, *, fix: str = "") -> DiskFull:
+    """The one-line error for a write to ``path`` that ran out of space, with the space
+    left on its file system."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = f"{shutil.disk_usage(probe).free / 2**20:.1f} MB free there"
+    except OSError:
+        free = "free space unknown"
+    hint = fix or "free space there, or move the experiment (exp_dir, feats_root) to a larger disk"
+    return DiskFull(f"{path}: no space left on the device ({free}); {hint}, then rerun")
 
 
 def atomic_write(path: str | os.PathLike, text: str) -> None:

@@ -26,7 +26,7 @@ import yaml
 
 from asrkit.data.audio import read_recordings
 from asrkit.data.datadir import Recording, read_data_dir, write_kaldi_map
-from asrkit.data.io import atomic_write, atomic_writer
+from asrkit.data.io import atomic_write, atomic_writer, disk_full, is_disk_full
 from asrkit.data.kaldi_ark import kaldi_io, write_ark
 from asrkit.errors import DataError
 from asrkit.features.cmvn import cmvn_stats
@@ -69,6 +69,37 @@ def _run_job(
     return _JobResult(scp, num_frames, spk_stats)
 
 
+def _resolved(path: str | Path) -> str:
+    return str(Path(path).resolve())
+
+
+def listed_arks(data_dir: Path) -> set[str]:
+    """The archive files a data dir's ``feats.scp`` and ``cmvn.scp`` point into (resolved)."""
+    arks: set[str] = set()
+    for name in ("feats.scp", "cmvn.scp"):
+        path = data_dir / name
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            parts = line.split(maxsplit=1)
+            if len(parts) == 2 and not parts[1].rstrip().endswith("|"):
+                arks.add(_resolved(parts[1].rsplit(":", 1)[0]))
+    return arks
+
+
+def _free_tag(feats_dir: Path, stem: str, nj: int, in_use: set[str]) -> str:
+    """A name part for new archives that none of ``in_use`` has: ``""`` (Kaldi's
+    ``raw_fbank_train.1.ark``) unless those are listed, else ``"g<N>."``."""
+    generation = 1
+    while True:
+        tag = "" if generation == 1 else f"g{generation}."
+        names = [feats_dir / f"{stem}.{tag}{j + 1}.ark" for j in range(nj)]
+        names.append(feats_dir / f"{stem.replace('raw_', 'cmvn_', 1)}.{tag}ark")
+        if not any(_resolved(p) in in_use for p in names):
+            return tag
+        generation += 1
+
+
 def compute_features_for_dir(
     data_dir: str | Path, feats_dir: str | Path, cfg: FeatureConfig
 ) -> dict[str, int]:
@@ -95,7 +126,11 @@ def compute_features_for_dir(
     recordings = data.recordings()
     nj = max(1, min(cfg.nj, len(recordings)))
     name = data_dir.name
-    ark_paths = [str(feats_dir / f"raw_{cfg.kind}_{name}.{j + 1}.ark") for j in range(nj)]
+    # New archives never overwrite the ones the data dir's current feats.scp lists: those
+    # stay whole and listed until the new feats.scp replaces it, then they are removed.
+    old_arks = listed_arks(data_dir)
+    tag = _free_tag(feats_dir, f"raw_{cfg.kind}_{name}", nj, old_arks)
+    ark_paths = [str(feats_dir / f"raw_{cfg.kind}_{name}.{tag}{j + 1}.ark") for j in range(nj)]
     segments = str(data_dir / "segments")
     jobs = []
     for j in range(nj):
@@ -117,10 +152,14 @@ def compute_features_for_dir(
             context = multiprocessing.get_context("fork")
             with context.Pool(nj) as pool:
                 results = pool.starmap(_run_job, jobs)
-    except BaseException:
+    except BaseException as err:
         for path in ark_paths:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+        if is_disk_full(err):
+            raise disk_full(
+                feats_dir, fix=f"{data_dir}'s previous features are intact; free space or set feats_root"
+            ) from None
         raise
 
     scp: dict[str, str] = {}
@@ -132,16 +171,30 @@ def compute_features_for_dir(
         for spk, stats in result.spk_stats.items():
             spk_stats[spk] = spk_stats[spk] + stats if spk in spk_stats else stats
 
-    cmvn_ark = feats_dir / f"cmvn_{cfg.kind}_{name}.ark"
-    cmvn_scp = write_ark(cmvn_ark, ((spk, spk_stats[spk]) for spk in sorted(spk_stats)))
-    with atomic_writer(data_dir / "cmvn_global.ark", "wb") as ark:
-        kaldi_io.write_mat(ark, sum(spk_stats.values()))
-    write_kaldi_map(data_dir / "cmvn.scp", cmvn_scp)
-    write_kaldi_map(data_dir / "utt2num_frames", {u: str(n) for u, n in num_frames.items()})
-    atomic_write(data_dir / "frame_shift", f"{cfg.frame_shift_ms / 1000:g}\n")
-    atomic_write(data_dir / "feats.yaml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=True))
-    # feats.scp last: its presence says the feature files beside it are complete.
-    write_kaldi_map(data_dir / "feats.scp", scp)
+    cmvn_ark = feats_dir / f"cmvn_{cfg.kind}_{name}.{tag}ark"
+    try:
+        cmvn_scp = write_ark(cmvn_ark, ((spk, spk_stats[spk]) for spk in sorted(spk_stats)))
+        with atomic_writer(data_dir / "cmvn_global.ark", "wb") as ark:
+            kaldi_io.write_mat(ark, sum(spk_stats.values()))
+        write_kaldi_map(data_dir / "cmvn.scp", cmvn_scp)
+        write_kaldi_map(data_dir / "utt2num_frames", {u: str(n) for u, n in num_frames.items()})
+        atomic_write(data_dir / "frame_shift", f"{cfg.frame_shift_ms / 1000:g}\n")
+        atomic_write(data_dir / "feats.yaml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=True))
+        # feats.scp last: its presence says the feature files beside it are complete.
+        write_kaldi_map(data_dir / "feats.scp", scp)
+    except BaseException as err:
+        listed = listed_arks(data_dir)
+        for path in [*ark_paths, str(cmvn_ark)]:  # the new ones nothing lists yet
+            if _resolved(path) not in listed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+        if is_disk_full(err):
+            raise disk_full(feats_dir, fix="free space or set feats_root") from None
+        raise
+    for path in old_arks - listed_arks(data_dir):
+        if Path(path).parent == feats_dir.resolve():  # asrkit's own, not a user's
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     if len(num_frames) != len(data.utt_ids):
         raise DataError(
             f"{data_dir}: features written for {len(num_frames)} of {len(data.utt_ids)} "

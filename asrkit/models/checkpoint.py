@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from asrkit.data.io import disk_full, is_disk_full
 from asrkit.errors import DataError
 from asrkit.models.lstm import LSTMAcousticModel
 
@@ -31,9 +32,11 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     try:
         torch.save(state, tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if is_disk_full(err):
+            raise disk_full(path) from None
         raise
 
 

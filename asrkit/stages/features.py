@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
-from asrkit.features.compute import compute_features_for_dir
+from asrkit.features.compute import compute_features_for_dir, listed_arks
 from asrkit.stages.registry import StageContext, stage
 
 log = logging.getLogger(__name__)
+
+
+def _outputs(ctx: StageContext) -> list[Path]:
+    """Each set's ``feats.scp`` and the archives it and ``cmvn.scp`` list: a stage whose
+    archives were deleted runs again."""
+    out: list[Path] = []
+    for name in ctx.cfg.data.all_sets:
+        data_dir = ctx.data_root / name
+        out.append(data_dir / "feats.scp")
+        out += [Path(p) for p in sorted(listed_arks(data_dir))]
+    return out
 
 
 @stage(
@@ -18,7 +30,7 @@ log = logging.getLogger(__name__)
     needs=(1,),
     shared=True,
     pipelines=("ctc", "hybrid"),
-    outputs=lambda ctx: [ctx.data_root / s / "feats.scp" for s in ctx.cfg.data.all_sets],
+    outputs=lambda ctx: _outputs(ctx),
 )
 def features(ctx: StageContext) -> None:
     for name in ctx.cfg.data.all_sets:

@@ -39,6 +39,7 @@ class StopRequest:
         self.signum: int | None = None
         self._when = 0.0
         self._previous: dict[int, Any] = {}
+        self._pid = os.getpid()
 
     @property
     def requested(self) -> bool:
@@ -49,6 +50,10 @@ class StopRequest:
         return signal.Signals(self.signum).name if self.signum is not None else ""
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._pid:  # a forked worker inherited this handler: default action
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         now = time.monotonic()
         if self.signum is None:
             self.signum, self._when = signum, now
