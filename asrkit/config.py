@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from asrkit.data.perturb import check_factors
+from asrkit.data.text import NORMALIZE
 from asrkit.decoding.config import DecodeConfig, EnsembleConfig
 from asrkit.distributed.config import STRATEGIES, StrategyConfig
 from asrkit.errors import ConfigError, raise_all
@@ -68,6 +69,10 @@ class DataConfig:
             ``dev_set`` and ``test_sets`` must be listed.
         lexicon: the corpus's pronunciation lexicon, when it has one (``tokenizer=phone``
             and ``lm.extra_words`` can use it).
+        text_normalize: how stage 1 rewrites every set's transcripts so that one word has
+            one spelling (:mod:`asrkit.data.text`): ``none`` (as the corpus has them; a
+            warning lists words spelled several ways), ``upper``/``lower`` (case), or
+            ``upper_nopunct``/``lower_nopunct`` (case, and punctuation at word edges removed).
         speed_perturb: speed factors for the training set (e.g. ``[0.9,1.0,1.1]``, as Kaldi
             and ESPnet): stage 1 adds a ``sox speed`` copy of every training utterance per
             factor other than 1 (:mod:`asrkit.data.perturb`); empty: none.
@@ -84,9 +89,15 @@ class DataConfig:
     import_dirs: dict[str, str] = field(default_factory=dict)
     lexicon: str = ""
     speed_perturb: list[float] = field(default_factory=list)
+    text_normalize: str = "none"
 
     def check(self) -> None:
-        raise_all(check_factors(list(self.speed_perturb)))
+        problems = check_factors(list(self.speed_perturb))
+        if self.text_normalize not in NORMALIZE:
+            problems.append(
+                f"data.text_normalize={self.text_normalize!r} is unknown; choose one of {list(NORMALIZE)}"
+            )
+        raise_all(problems)
 
     @property
     def all_sets(self) -> list[str]:

@@ -8,9 +8,10 @@ import shutil
 from pathlib import Path
 from types import ModuleType
 
-from asrkit.data.datadir import validate_data_dir
+from asrkit.data.datadir import read_kaldi_map, validate_data_dir, write_kaldi_map
 from asrkit.data.download import download_corpus
 from asrkit.data.perturb import speed_perturb
+from asrkit.data.text import describe_variants, normalize_text, spelling_variants
 from asrkit.errors import ConfigError, DataError
 from asrkit.stages.registry import StageContext, stage
 
@@ -82,6 +83,7 @@ def download(ctx: StageContext) -> None:
 def prepare(ctx: StageContext) -> None:
     if imported(ctx.cfg.data.import_dirs):
         import_data_dirs(imported(ctx.cfg.data.import_dirs), ctx.cfg.data.all_sets, ctx.data_root)
+        normalize_transcripts(ctx)
         perturb_training_set(ctx)  # the imported copy: the original dir is never written
         return
     prep = load_prep_module(ctx.cfg.data.prep_script)
@@ -102,7 +104,38 @@ def prepare(ctx: StageContext) -> None:
     for name in ctx.cfg.data.all_sets:
         data = validate_data_dir(ctx.data_root / name)
         log.info("%s: %d utterances, %d speakers", ctx.data_root / name, len(data.utt_ids), len(data.spk2utt))
+    normalize_transcripts(ctx)
     perturb_training_set(ctx)
+
+
+def normalize_transcripts(ctx: StageContext) -> None:
+    """``data.text_normalize`` on every set's ``text``; with ``none``, a warning when words
+    are spelled several ways."""
+    how = ctx.cfg.data.text_normalize
+    texts = {
+        name: read_kaldi_map(ctx.data_root / name / "text", allow_empty_value=True)
+        for name in ctx.cfg.data.all_sets
+    }
+    if how == "none":
+        variants = spelling_variants(t for text in texts.values() for t in text.values())
+        if variants:
+            log.warning(
+                "%s: %s; they are different words to the LM and the scorer — set data.text_normalize "
+                "(e.g. upper_nopunct) to merge them",
+                ctx.data_root,
+                describe_variants(variants),
+            )
+        return
+    for name, text in texts.items():
+        normalized = {utt: normalize_text(words, how) for utt, words in text.items()}
+        empty = [utt for utt, words in normalized.items() if not words]
+        if empty:
+            raise DataError(
+                f"{ctx.data_root / name / 'text'}: utterance '{empty[0]}' has no words left after "
+                f"data.text_normalize={how} ({len(empty)} such); fix its transcript or choose another setting"
+            )
+        write_kaldi_map(ctx.data_root / name / "text", normalized)
+    log.info("transcripts of %s normalized (%s)", ", ".join(texts), how)
 
 
 def perturb_training_set(ctx: StageContext) -> None:
