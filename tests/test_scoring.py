@@ -6,6 +6,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jiwer
@@ -15,6 +16,7 @@ from asrkit.bench.scoring import sclite_command
 from asrkit.cli.main import main
 from asrkit.errors import DataError
 from asrkit.scoring import ErrorCounts, align_words, read_text, score_files, score_texts
+from asrkit.scoring import align as align_module
 
 
 def _counts(ref: str, hyp: str, align: str = "sclite") -> tuple[int, int, int, int]:
@@ -222,3 +224,48 @@ def test_python_alignment_scores_the_same_without_the_compiled_module(monkeypatc
     monkeypatch.setattr(align_module, "_compiled", None)
     second = score_texts(ref, hyp)
     assert (first.words, first.chars, first.per_utt) == (second.words, second.chars, second.per_utt)
+
+
+@pytest.mark.skipif(align_module._compiled is None, reason="the compiled alignment was not built")
+@pytest.mark.parametrize("weights", ["sclite", "levenshtein"])
+def test_compiled_alignment_equals_the_python_specification(weights: str) -> None:
+    """Across the traceback's blocks (lines of 0 to 150 tokens, near and far apart)."""
+    rng = random.Random(11)
+    vocab = [f"w{k}" for k in range(12)]
+    for n in [0, 1, 2, 3, 4, 5, 8, 9, 10, 15, 16, 17, 24, 25, 26, 63, 64, 65, 99, 100, 150]:
+        for _ in range(3):
+            ref = [rng.choice(vocab) for _ in range(n)]
+            hyp = [w for w in ref if rng.random() > 0.2]
+            for _ in range(rng.randint(0, max(1, n // 4))):
+                hyp.insert(rng.randint(0, len(hyp)), rng.choice(vocab))
+            if rng.random() < 0.3:
+                hyp = [rng.choice(vocab) for _ in range(rng.randint(0, n + 5))]
+            expected = align_module.align_words(ref, hyp, weights=weights)
+            _, got = align_module.align(ref, hyp, weights=weights)
+            assert got == expected, (n, ref, hyp)
+            text_ref, text_hyp = "".join(ref), "".join(hyp)
+            _, chars = align_module.align(text_ref, text_hyp, weights=weights)
+            assert chars == align_module.align_words(list(text_ref), list(text_hyp), weights=weights)
+
+
+_LONG_LINE = """
+import random, resource, sys
+from asrkit.scoring import align_words, score_texts
+rng = random.Random(3)
+ref = [f"w{rng.randrange(500)}" for _ in range(10_000)]
+hyp = [w if rng.random() > 0.1 else "x" for w in ref]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = score_texts({"spk-utt": ref}, {"spk-utt": hyp})
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(grown // 1024, result.words.errors)
+"""
+
+
+@pytest.mark.skipif(align_module._compiled is None, reason="the compiled alignment was not built")
+def test_a_10000_word_line_scores_in_little_memory() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _LONG_LINE], capture_output=True, text=True, check=True, timeout=300
+    )
+    grown_mb, errors = (int(x) for x in result.stdout.split())
+    assert 900 <= errors <= 1100
+    assert grown_mb < 100, f"scoring a 10,000-word line grew the process by {grown_mb} MB"

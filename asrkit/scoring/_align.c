@@ -15,6 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Number the tokens of a sequence; equal tokens get equal ids. Returns 0 on error. */
 static int number_tokens(PyObject *seq, Py_ssize_t n, PyObject *ids, long *out) {
@@ -87,6 +88,27 @@ static void count_only(const long *ref_ids, Py_ssize_t n, const long *hyp_ids, P
     out[0] = corr; out[1] = subs; out[2] = dels; out[3] = m - corr - subs;
 }
 
+/* Row i of the cost matrix from row i - 1 (the programme of align.py). */
+static void fill_row(const long *prev, long *row, Py_ssize_t i, long r, const long *hyp_ids, Py_ssize_t m,
+                     long w_sub, long w_ins, long w_del) {
+    row[0] = i * w_del;
+    for (Py_ssize_t j = 1; j <= m; j++) {
+        long diag = prev[j - 1] + (r == hyp_ids[j - 1] ? 0 : w_sub);
+        long up = prev[j] + w_del;
+        long left = row[j - 1] + w_ins;
+        long best = diag < up ? diag : up;
+        row[j] = best < left ? best : left;
+    }
+}
+
+/* Rows of work space for the traceback of n reference tokens: every k-th row kept, plus a
+ * block of k + 1 rows (which also holds the forward pass's two rows). */
+static Py_ssize_t ops_work(Py_ssize_t n) {
+    Py_ssize_t k = 1;
+    while ((k + 1) * (k + 1) <= n) k++;
+    return (n / k + 1) + (k + 1 > 2 ? k + 1 : 2);
+}
+
 static PyObject *align(PyObject *self, PyObject *args) {
     PyObject *ref_in, *hyp_in;
     long w_sub, w_ins, w_del;
@@ -109,7 +131,7 @@ static PyObject *align(PyObject *self, PyObject *args) {
     }
     ref_ids = malloc(sizeof(long) * (n + 1));
     hyp_ids = malloc(sizeof(long) * (m + 1));
-    cost = malloc(sizeof(long) * (want_ops ? (n + 1) * (m + 1) : 6 * (m + 1)));
+    cost = malloc(sizeof(long) * (want_ops ? ops_work(n) * (m + 1) : 6 * (m + 1)));
     if (!ref_ids || !hyp_ids || !cost) { PyErr_NoMemory(); goto done; }
     if (is_text) {
         code_points(ref, n, ref_ids);
@@ -125,51 +147,66 @@ static PyObject *align(PyObject *self, PyObject *args) {
         result = Py_BuildValue("(llllO)", counts[0], counts[1], counts[2], counts[3], Py_None);
         goto done;
     }
-#define COST(i, j) cost[(i) * (m + 1) + (j)]
-    for (Py_ssize_t j = 0; j <= m; j++) COST(0, j) = j * w_ins;
+    /* The costs of every k-th row are kept (k about sqrt(n)); the traceback recomputes the
+     * k rows of one block at a time from the block's first row. The costs, and so the
+     * path, are those of the full matrix, in O(m sqrt(n)) memory instead of O(n m): a
+     * 10,000-word line takes about 16 MB, not 800 MB. */
+    Py_ssize_t k = 1;
+    while ((k + 1) * (k + 1) <= n) k++;
+    Py_ssize_t width = m + 1, kept = n / k + 1;
+    long *saved = cost, *block = cost + kept * width;
+    long *prev_row = block, *this_row = block + width;  /* the forward pass's two rows */
+    for (Py_ssize_t j = 0; j <= m; j++) prev_row[j] = j * w_ins;
+    memcpy(saved, prev_row, sizeof(long) * width);
     for (Py_ssize_t i = 1; i <= n; i++) {
-        COST(i, 0) = i * w_del;
-        long r = ref_ids[i - 1];
-        for (Py_ssize_t j = 1; j <= m; j++) {
-            long diag = COST(i - 1, j - 1) + (r == hyp_ids[j - 1] ? 0 : w_sub);
-            long up = COST(i - 1, j) + w_del;
-            long left = COST(i, j - 1) + w_ins;
-            long best = diag < up ? diag : up;
-            COST(i, j) = best < left ? best : left;
-        }
+        fill_row(prev_row, this_row, i, ref_ids[i - 1], hyp_ids, m, w_sub, w_ins, w_del);
+        if (i % k == 0) memcpy(saved + (i / k) * width, this_row, sizeof(long) * width);
+        long *swap = prev_row; prev_row = this_row; this_row = swap;
     }
     long corr = 0, subs = 0, dels = 0, inss = 0;
-    if (want_ops && !(ops = PyList_New(0))) goto done;
-    Py_ssize_t i = n, j = m;
+    if (!(ops = PyList_New(0))) goto done;
+    Py_ssize_t i = n, j = m, base = -1;
+#define COST(r, c) block[((r) - base) * width + (c)]
     while (i > 0 || j > 0) {
-        long here = COST(i, j);
+        if (i > 0 && (base < 0 || i == base)) {
+            /* Rows base .. i of the block that ends at row i. */
+            base = ((i - 1) / k) * k;
+            memcpy(block, saved + (base / k) * width, sizeof(long) * width);
+            for (Py_ssize_t r = base + 1; r <= i; r++)
+                fill_row(block + (r - base - 1) * width, block + (r - base) * width, r, ref_ids[r - 1],
+                         hyp_ids, m, w_sub, w_ins, w_del);
+        }
         const char *op;
         Py_ssize_t ri = -1, hj = -1;
-        if (i > 0 && j > 0 && here == COST(i - 1, j - 1) + (ref_ids[i - 1] == hyp_ids[j - 1] ? 0 : w_sub)) {
-            int same = ref_ids[i - 1] == hyp_ids[j - 1];
-            op = same ? "C" : "S";
-            if (same) corr++; else subs++;
-            ri = --i; hj = --j;
-        } else if (j > 0 && here == COST(i, j - 1) + w_ins) {
+        if (i == 0) {  /* the first row: insertions only */
             op = "I"; inss++;
             hj = --j;
         } else {
-            op = "D"; dels++;
-            ri = --i;
+            long here = COST(i, j);
+            if (j > 0 && here == COST(i - 1, j - 1) + (ref_ids[i - 1] == hyp_ids[j - 1] ? 0 : w_sub)) {
+                int same = ref_ids[i - 1] == hyp_ids[j - 1];
+                op = same ? "C" : "S";
+                if (same) corr++; else subs++;
+                ri = --i; hj = --j;
+            } else if (j > 0 && here == COST(i, j - 1) + w_ins) {
+                op = "I"; inss++;
+                hj = --j;
+            } else {
+                op = "D"; dels++;
+                ri = --i;
+            }
         }
-        if (ops) {
-            PyObject *r_item = ri >= 0 ? item_of(ref, is_text, ri) : NULL;
-            PyObject *h_item = hj >= 0 ? item_of(hyp, is_text, hj) : NULL;
-            PyObject *t = (ri >= 0 && !r_item) || (hj >= 0 && !h_item) ? NULL : op_tuple(op, r_item, h_item);
-            Py_XDECREF(r_item);
-            Py_XDECREF(h_item);
-            if (!t || PyList_Append(ops, t) < 0) { Py_XDECREF(t); goto done; }
-            Py_DECREF(t);
-        }
+        PyObject *r_item = ri >= 0 ? item_of(ref, is_text, ri) : NULL;
+        PyObject *h_item = hj >= 0 ? item_of(hyp, is_text, hj) : NULL;
+        PyObject *t = (ri >= 0 && !r_item) || (hj >= 0 && !h_item) ? NULL : op_tuple(op, r_item, h_item);
+        Py_XDECREF(r_item);
+        Py_XDECREF(h_item);
+        if (!t || PyList_Append(ops, t) < 0) { Py_XDECREF(t); goto done; }
+        Py_DECREF(t);
     }
 #undef COST
-    if (ops && PyList_Reverse(ops) < 0) goto done;
-    result = Py_BuildValue("(llllO)", corr, subs, dels, inss, ops ? ops : Py_None);
+    if (PyList_Reverse(ops) < 0) goto done;
+    result = Py_BuildValue("(llllO)", corr, subs, dels, inss, ops);
 done:
     free(ref_ids); free(hyp_ids); free(cost);
     Py_XDECREF(ref); Py_XDECREF(hyp); Py_XDECREF(ids); Py_XDECREF(ops);
