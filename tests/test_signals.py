@@ -161,12 +161,10 @@ def _left_running(exp: Path) -> list[str]:
 @pytest.mark.parametrize("strategy", ["sync", "adpsgd"])
 def test_sigterm_to_a_two_learner_run_stops_every_process_and_resumes(tmp_path: Path, strategy: str) -> None:
     common = _prepare(tmp_path)
-    learners = [
-        f"strategy={strategy}",
-        "strategy.learners=2",
-        "strategy.timeout_s=60",
-        "train.max_batch=4",  # SYNC: global batches of 4, 2 per learner
-    ]
+    learners = [f"strategy={strategy}", "strategy.learners=2", "strategy.timeout_s=60", "train.epochs=40"]
+    # SYNC: global batches of 4, 2 per learner. ADPSGD: each learner its own 3 utterances,
+    # one a batch. 40 epochs: long enough that the signal lands within training.
+    learners += ["train.max_batch=4"] if strategy == "sync" else ["train.max_batch=1"]
     if strategy == "sync":
         reference = _train(tmp_path, common, "reference", *learners, f"strategy.master_port={_free_port()}")
         _, err = reference.communicate(timeout=600)
@@ -184,13 +182,14 @@ def test_sigterm_to_a_two_learner_run_stops_every_process_and_resumes(tmp_path: 
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == STOPPED_EXIT, err[-3000:]
     _assert_clean_stop(err, "SIGTERM")
+    assert "before training saved anything new" not in err, err[-3000:]
     time.sleep(0.5)
     assert not _left_running(exp), _left_running(exp)
 
     again = _train(tmp_path, common, "exp", *learners, f"strategy.master_port={_free_port()}")
     _, err = again.communicate(timeout=600)
     assert again.returncode == 0, err[-3000:]
-    assert "resuming from" in err
+    assert "resuming from" in err and "epoch 1, batch 0" not in err  # where it stopped
     if strategy == "sync":
         ours = torch.load(exp / "model.pt", map_location="cpu", weights_only=False)["model"]
         theirs = torch.load(tmp_path / "reference" / "model.pt", map_location="cpu", weights_only=False)[

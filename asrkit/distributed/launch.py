@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,8 +145,18 @@ def torchrun_command(cfg: StrategyConfig, module_args: Sequence[str]) -> list[st
 STOP_NOTE_ENV = "ASRKIT_STOP_NOTE"
 
 
-def launch_learners(cfg: StrategyConfig, module_args: Sequence[str], *, note: Path | None = None) -> None:
+def launch_learners(
+    cfg: StrategyConfig,
+    module_args: Sequence[str],
+    *,
+    note: Path | None = None,
+    finished: Callable[[], bool] | None = None,
+) -> None:
     """Run ``cfg.learners`` learner processes on this node and wait for them.
+
+    A SIGINT or SIGTERM is passed on to the learners once (they save and stop); the main
+    learner writes where it stopped to ``note``, printed here once all have stopped.
+    ``finished`` tells whether training had finished when a signal came anyway.
 
     Raises:
         UserError: a learner failed (its error is in the log above and in the
@@ -197,6 +207,11 @@ def launch_learners(cfg: StrategyConfig, module_args: Sequence[str], *, note: Pa
             said = note.read_text().strip()
             note.unlink()
         name = signal.Signals(got[0]).name if got else "a signal"
+        if not said and finished is not None and finished():
+            said = (
+                f"stopped by {name} as training finished (its outputs are written); "
+                "rerun the same command to continue"
+            )
         raise TrainingStopped(
             said
             or f"stopped by {name} before training saved anything new; rerun the same command to continue"

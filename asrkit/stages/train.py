@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -39,7 +40,7 @@ from asrkit.distributed.launch import (
     under_torchrun,
 )
 from asrkit.distributed.strategies import build_hooks
-from asrkit.errors import ConfigError
+from asrkit.errors import ConfigError, TrainingStopped
 from asrkit.features.cmvn import read_cmvn
 from asrkit.models.checkpoint import (
     average_checkpoints,
@@ -75,10 +76,13 @@ def train(ctx: StageContext) -> None:
         # Before any learner starts: they all read the tokenizer this may copy.
         adopt_alignment_tokenizer(alignment_source(ctx.cfg, ctx.exp_dir, "train"), ctx.exp_dir)
     if strategy.world_size > 1 and not under_torchrun():
+        began = time.time()
+        summary = ctx.exp_dir / "train_summary.json"  # the main learner's last write
         launch_learners(
             strategy,
             ["asrkit.stages.learner", str(ctx.exp_dir / "config.yaml")],
             note=ctx.exp_dir / "log" / "stopped",
+            finished=lambda: summary.is_file() and summary.stat().st_mtime >= began,
         )
         if strategy.node_rank == 0:
             log.info("learners finished; model saved as %s", ctx.exp_dir / "model.pt")
@@ -98,6 +102,12 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
     finally:
         if installed:
             stop.restore()
+    if stop.requested:  # the signal came as training ended: it is whole, but stop here
+        raise TrainingStopped(
+            f"stopped by {stop.name} after training finished ({exp_dir / 'model.pt'} written); "
+            "rerun the same command to continue",
+            quiet=not dctx.is_main,
+        )
 
 
 def _train_learner(

@@ -62,7 +62,11 @@ class ResumeStore:
                 continue
             try:
                 state = load_checkpoint(path)
-                tag = (int(state["position"]["epoch"]), int(state["position"]["batch"]))
+                # "tag" (what the learners agree on) when it differs from "position" (where
+                # this learner goes on): learners that do not step together stop at
+                # different batches of one epoch.
+                mark = state.get("tag", state["position"])
+                tag = (int(mark["epoch"]), int(mark["batch"]))
             except (DataError, KeyError, TypeError) as err:
                 log.warning("%s: not a usable resume state (%s); ignoring it", path, str(err).split(";")[0])
                 continue

@@ -148,6 +148,10 @@ class TrainHooks:
         """The last epoch's steps are done, before its validation and checkpoint (final
         consensus averaging, stopping threads)."""
 
+    def drain(self, model: nn.Module) -> None:
+        """Training stops before its end (a signal): complete and apply the averaging still
+        in flight, so that a resume state can be saved."""
+
 
 def loader_settings(cfg: TrainConfig, *, parts: int = 1) -> dict[str, Any]:
     """:class:`BucketBatches` size caps and read-ahead from ``cfg``; ``parts`` > 1 divides
@@ -290,8 +294,10 @@ class Trainer:
             seconds, waited = self.train_epoch(
                 model, self.batches.epoch(epoch, start=skip), epoch=epoch, first=skip
             )
+            if self._stopped_after is None and self._stop_requested(collective=True):
+                self._stopped_after = len(self.batches)  # the epoch's steps are done, no more
             if self._stopped_after is not None:
-                self._stop_mid_epoch(epoch, self._stopped_after)
+                self._stop_in_epoch(epoch, self._stopped_after)
             self.state.epoch = epoch + 1
             last = self.state.epoch == self.cfg.epochs or self._stop_early()
             if not last:
@@ -302,40 +308,44 @@ class Trainer:
             self.save_resume_state((epoch + 1, 0))
             if last:
                 break
-            if self._stop_agreed():
-                raise TrainingStopped(
-                    f"stopped by {self._signal_name()} after epoch {epoch + 1} of {self.cfg.epochs}; "
-                    "rerun the same command to continue",
-                    quiet=not self.is_main,
-                )
 
     def _signal_name(self) -> str:
         return self.stop.name if self.stop is not None and self.stop.requested else "a signal"
 
-    def _stop_agreed(self) -> bool:
-        """A signal asked this run to stop: lock-step learners agree (a collective after
-        every step, so all stop after the same batch); the others each act on their own."""
+    def _stop_requested(self, *, collective: bool = False) -> bool:
+        """Whether a signal stops this run here: after a step, or with ``collective`` when
+        an epoch's steps are done. The learners agree by summing their flags, a collective
+        that each learner enters at the same points: lock-step learners after every step
+        (so all stop after the same batch); the others at each epoch end, and mid-epoch
+        only once their own flag is set. A learner that stops mid-epoch so meets the others
+        in their next such sum (their own stop, or their epoch end), never in another
+        collective."""
         if self.stop is None:
             return False
-        if self.hooks.world_size > 1 and self.hooks.lockstep:
-            return self.hooks.reduce_sums({"stop": float(self.stop.requested)})["stop"] > 0
-        return self.stop.requested
+        if self.hooks.world_size == 1:
+            return self.stop.requested
+        if not (self.hooks.lockstep or collective or self.stop.requested):
+            return False
+        return self.hooks.reduce_sums({"stop": float(self.stop.requested)})["stop"] > 0
 
-    def _stop_mid_epoch(self, epoch: int, batch: int) -> None:
-        """Save where the epoch stands and raise :class:`TrainingStopped`."""
-        where = f"at epoch {epoch + 1}, batch {batch} of {len(self.batches)}"
+    def _stop_in_epoch(self, epoch: int, batch: int) -> None:
+        """Save where the epoch stands (``batch`` steps done) and raise
+        :class:`TrainingStopped`."""
+        if batch < len(self.batches):
+            where = f"at epoch {epoch + 1}, batch {batch} of {len(self.batches)}"
+        else:
+            where = f"after the steps of epoch {epoch + 1} of {self.cfg.epochs}"
         if self.hooks.lockstep:
             self.save_resume_state((epoch, batch))
-            self.hooks.wait_for_saves()
-            text = f"stopped by {self._signal_name()} {where}; rerun the same command to continue"
         else:
-            # Learners that do not step together resume from epoch ends (their positions
-            # differ); the state saved at the last one stays.
-            text = (
-                f"stopped by {self._signal_name()} {where}; rerun the same command to continue "
-                f"from the start of epoch {epoch + 1} ({self.hooks.world_size} learners that "
-                "average asynchronously resume from epoch ends)"
-            )
+            # Learners that average asynchronously stop at their own batches: the averaging
+            # in flight is completed and applied (as at the end of training), and each saves
+            # its own position under a tag they share, (epoch, 1): after the epoch's start
+            # state, before its end.
+            self.hooks.drain(self.model)
+            self.save_resume_state((epoch, 1), position=(epoch, batch))
+        self.hooks.wait_for_saves()
+        text = f"stopped by {self._signal_name()} {where}; rerun the same command to continue"
         raise TrainingStopped(text, quiet=not self.is_main)
 
     def _step_cap_reached(self) -> bool:
@@ -386,7 +396,7 @@ class Trainer:
             self._log_step(bar, loss.item(), lr, frames / elapsed, waited / elapsed)
             if self._step_cap_reached():
                 break
-            if index < len(self.batches) and self._stop_agreed():
+            if index < len(self.batches) and self._stop_requested():
                 self._stopped_after = index
                 break
         stream.close()  # stops read-ahead threads when the loop ends early
@@ -500,13 +510,16 @@ class Trainer:
             },
         }
 
-    def save_resume_state(self, tag: Tag) -> None:
-        """This learner's full state at position ``tag`` = (epoch, next batch)."""
+    def save_resume_state(self, tag: Tag, *, position: Tag | None = None) -> None:
+        """This learner's full state at ``position`` = (epoch, next batch), which the
+        learners know it by as ``tag`` (the same unless they stopped at different batches)."""
         self.hooks.wait_for_saves()
+        where = tag if position is None else position
         self.store.save(
             {
                 **self.checkpoint_state(),
-                "position": {"epoch": tag[0], "batch": tag[1]},
+                "position": {"epoch": where[0], "batch": where[1]},
+                "tag": {"epoch": tag[0], "batch": tag[1]},
                 "settings": self.resume_key,
                 "world_size": self.hooks.world_size,
                 "rng": rng_state(self.generator),
@@ -543,6 +556,7 @@ class Trainer:
                 log.warning("%s cannot be resumed from (%s); starting over", where, why)
             return (0, 0)
         state = usable[tag]
+        position = (int(state["position"]["epoch"]), int(state["position"]["batch"]))
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"], self.generator)
@@ -560,11 +574,11 @@ class Trainer:
             log.info(
                 "resuming from %s: epoch %d, batch %d (step %d)",
                 self.store.directory,
-                tag[0] + 1,
-                tag[1],
+                position[0] + 1,
+                position[1],
                 self.state.step,
             )
-        return tag
+        return position
 
     def _save(self, epoch: int, *, best: bool) -> None:
         ckpt_dir = self.exp_dir / "checkpoints"
