@@ -10,6 +10,7 @@ Public API: :data:`BENCHMARKS` (name -> function returning a result dict).
 from collections.abc import Callable
 
 from asrkit.bench.compute import bench_compute
+from asrkit.bench.contention import bench_contention
 from asrkit.bench.convergence import bench_convergence
 from asrkit.bench.data import bench_data
 from asrkit.bench.decoding import bench_decoding
@@ -29,6 +30,7 @@ BENCHMARKS: dict[str, Callable[..., dict]] = {
     "convergence": bench_convergence,
     "data": bench_data,
     "hybrid": bench_hybrid,
+    "contention": bench_contention,
 }
 
 #: Smaller settings for ``asrkit bench --quick`` (a few minutes in all on 2 cores).
@@ -42,12 +44,14 @@ QUICK: dict[str, dict] = {
     "convergence": {"quick": True},
     "data": {"hours": (1.0, 10.0), "steps": 20, "loader_seconds": 5.0},
     "hybrid": {"quick": True},
+    "contention": {"steps": 6},
 }
 
 __all__ = [
     "BENCHMARKS",
     "QUICK",
     "bench_compute",
+    "bench_contention",
     "bench_convergence",
     "bench_data",
     "bench_decoding",
