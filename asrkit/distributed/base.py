@@ -6,6 +6,7 @@ and the per-learner metrics. Strategies talk only through a
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import random
 import time
@@ -93,21 +94,25 @@ class ProgressBatches(BucketBatches):
         self.last_bucket = 0  # utterances in the latest batch across its learners (HYBRID's group)
 
     def plan(self, epoch: int, *, start: int = 0) -> Iterator[np.ndarray]:
-        # ``start`` is unused: these learners resume from epoch ends only (not lock-step).
         # Endless: the consumer stops once the global progress says the epoch is over.
+        # ``start``: batches of this epoch already taken (a learner resumed after a stop).
         rng = random.Random(self.seed * 100_003 + epoch)
-        while True:
-            order = list(range(len(self.buckets)))
-            if self.shuffle:
-                rng.shuffle(order)
-            for b in order:
-                yield self.buckets[b]
+
+        def endless() -> Iterator[np.ndarray]:
+            while True:
+                order = list(range(len(self.buckets)))
+                if self.shuffle:
+                    rng.shuffle(order)
+                for b in order:
+                    yield self.buckets[b]
+
+        return itertools.islice(endless(), start, None)
 
     def epoch(self, epoch: int, *, start: int = 0) -> Generator[Batch, None, None]:
         goal = (epoch + 1) * self.total
         if self.progress() >= goal:
             return
-        with contextlib.closing(super().epoch(epoch)) as batches:  # stops its read-ahead
+        with contextlib.closing(super().epoch(epoch, start=start)) as batches:  # stops its read-ahead
             for batch in batches:
                 if self.progress() >= goal:
                     return

@@ -201,7 +201,7 @@ def launch_learners(
         if proc.poll() is None:  # an exception here: do not leave the learners behind
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    if returncode == STOPPED_EXIT or (got and returncode != 0):
+    if returncode == STOPPED_EXIT or got:
         said = ""
         if note is not None and note.is_file():
             said = note.read_text().strip()

@@ -7,8 +7,10 @@ run that launched it.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -26,6 +28,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m asrkit.stages.learner EXP_DIR/config.yaml", file=sys.stderr)
         return 2
     config = Path(argv[0])
+    _die_with_agent()
     try:
         cfg = load_saved(config)
         dctx = context_from_env(pick_device(cfg.train.device), backend=cfg.strategy.backend)
@@ -58,6 +61,19 @@ def main(argv: list[str]) -> int:
         )
         return 1
     return 0
+
+
+def _die_with_agent() -> None:
+    """torchrun starts each learner in a session of its own, so a signal to the agent's
+    process group misses it: have the kernel kill this learner when its agent dies (the
+    agent stops it gracefully first; this is for an agent killed outright)."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux
+    if os.getppid() != parent:  # the agent died before prctl took effect
+        os._exit(1)
 
 
 #: What torch.distributed's RuntimeErrors say when a peer died or a collective timed out.

@@ -106,8 +106,12 @@ def experiment_lock(exp_dir: str | Path, *, name: str = LOCK_NAME) -> Iterator[P
             raise ConfigError(
                 f"{path.parent} is in use by another run ({_describe(holder)}); {fix}"
             ) from None
-        with os.fdopen(fd, "w") as out:
-            out.write(json.dumps(me) + "\n")
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(json.dumps(me) + "\n")
+        except BaseException:
+            path.unlink(missing_ok=True)  # never leave an empty lock behind
+            raise
         break
     else:
         raise ConfigError(f"{path}: could not take the lock after 3 tries; another run keeps taking it")

@@ -81,7 +81,7 @@ def train(ctx: StageContext) -> None:
         launch_learners(
             strategy,
             ["asrkit.stages.learner", str(ctx.exp_dir / "config.yaml")],
-            note=ctx.exp_dir / "log" / "stopped",
+            note=ctx.exp_dir / "log" / f"stopped.node{strategy.node_rank}",
             finished=lambda: summary.is_file() and summary.stat().st_mtime >= began,
         )
         if strategy.node_rank == 0:

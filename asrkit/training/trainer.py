@@ -396,7 +396,9 @@ class Trainer:
             self._log_step(bar, loss.item(), lr, frames / elapsed, waited / elapsed)
             if self._step_cap_reached():
                 break
-            if index < len(self.batches) and self._stop_requested():
+            # Lock-step learners stop before the epoch's last batch (its end is the next
+            # check); the others end epochs by global progress and may go past len().
+            if (not self.hooks.lockstep or index < len(self.batches)) and self._stop_requested():
                 self._stopped_after = index
                 break
         stream.close()  # stops read-ahead threads when the loop ends early
