@@ -36,6 +36,10 @@ def test_normalize(how: str, expected: str) -> None:
     assert normalize_text("Erase, the 'TAPE' -- now", how) == expected
 
 
+def test_corpus_tags_are_kept() -> None:
+    assert normalize_text("[noise] Hello, <unk> world", "upper_nopunct") == "[noise] HELLO <unk> WORLD"
+
+
 def _dirs(root: Path) -> list[str]:
     return [f"data_root={root / 'data'}", f"exp_dir={root / 'exp'}", f"feats_root={root / 'fbank'}"]
 

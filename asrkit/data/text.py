@@ -19,8 +19,13 @@ NORMALIZE = ("none", "upper", "lower", "upper_nopunct", "lower_nopunct")
 _EDGE_PUNCT = re.compile(r"^[^\w']+|[^\w']+$", re.UNICODE)
 
 
+def _is_tag(word: str) -> bool:
+    """Corpus tags such as ``<unk>``, ``[noise]``, ``[laughter]``: kept as they are."""
+    return len(word) > 2 and ((word[0], word[-1]) in (("<", ">"), ("[", "]")))
+
+
 def _strip(word: str) -> str:
-    return _EDGE_PUNCT.sub("", word)
+    return word if _is_tag(word) else _EDGE_PUNCT.sub("", word)
 
 
 def spelling_variants(texts: Iterable[str]) -> dict[str, list[str]]:
@@ -46,10 +51,13 @@ def describe_variants(variants: Mapping[str, list[str]], *, show: int = 3) -> st
 
 def normalize_text(text: str, how: str) -> str:
     """``text`` with its words normalized as ``how`` (one of :data:`NORMALIZE`) says;
-    words that were only punctuation are dropped by the ``_nopunct`` variants."""
+    words that were only punctuation are dropped by the ``_nopunct`` variants. Corpus tags
+    (``<unk>``, ``[noise]``) are left as they are. The lexicon is not rewritten: with
+    ``tokenizer=phone`` or the hybrid pipeline, choose the case the lexicon uses."""
     if how == "none":
         return text
     words = text.split()
     if how.endswith("_nopunct"):
         words = [w for w in (_strip(w) for w in words) if w]
-    return " ".join(w.upper() if how.startswith("upper") else w.lower() for w in words)
+    cased = (w if _is_tag(w) else w.upper() if how.startswith("upper") else w.lower() for w in words)
+    return " ".join(cased)
