@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -200,3 +201,10 @@ def ctc_emissions(tokenizer: Any, text: str, rng: np.random.Generator, *, noise:
     logits[torch.arange(len(path)), torch.tensor(path)] = 4.0
     logits += noise * torch.from_numpy(rng.standard_normal(logits.shape)).float()
     return logits.log_softmax(-1)
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (for a learners' rendezvous or a test daemon)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

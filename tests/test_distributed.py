@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,15 +13,9 @@ import torch
 from asrkit.distributed.config import StrategyConfig
 from asrkit.targets import TokenizerConfig, train_tokenizer
 from tests.distributed_learner import make_trainer
-from tests.helpers import REPO
+from tests.helpers import REPO, free_port
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(240)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run_learners(out: Path, learners: int, strategy: str, *settings: str) -> list[dict]:
@@ -35,7 +28,7 @@ def _run_learners(out: Path, learners: int, strategy: str, *settings: str) -> li
         "-m",
         "torch.distributed.run",
         f"--nproc-per-node={learners}",
-        f"--master-port={_free_port()}",
+        f"--master-port={free_port()}",
         "--max-restarts=0",
         "-m",
         "tests.distributed_learner",
@@ -184,7 +177,7 @@ def test_recipe_stage_launches_learners_with_torchrun(tmp_path: Path) -> None:
         tmp_path,
         "strategy=adpsgd",
         "strategy.learners=2",
-        f"strategy.master_port={_free_port()}",
+        f"strategy.master_port={free_port()}",
         "strategy.timeout_s=60",
     )
     assert result.returncode == 0, result.stderr[-4000:]

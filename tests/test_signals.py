@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from asrkit.errors import STOPPED_EXIT
-from tests.helpers import REPO, make_data_dir, run_cli
+from tests.helpers import REPO, free_port, make_data_dir, run_cli
 
 #: Enough epochs of the tiny model that a signal lands inside training; 3 batches an epoch.
 TRAIN = ("model=tiny", "train.epochs=12", "train.max_batch=2", "train.progress=false", "decode=greedy")
@@ -145,14 +145,6 @@ def test_twenty_ctrl_c_in_a_row(tmp_path: Path) -> None:
     _stop_and_resume(tmp_path, signal.SIGINT, times=20)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _left_running(exp: Path) -> list[str]:
     out = subprocess.run(["pgrep", "-af", str(exp)], capture_output=True, text=True, check=False).stdout
     return [ln for ln in out.splitlines() if "pgrep" not in ln]
@@ -166,12 +158,12 @@ def test_sigterm_to_a_two_learner_run_stops_every_process_and_resumes(tmp_path: 
     # one a batch. 40 epochs: long enough that the signal lands within training.
     learners += ["train.max_batch=4"] if strategy == "sync" else ["train.max_batch=1"]
     if strategy == "sync":
-        reference = _train(tmp_path, common, "reference", *learners, f"strategy.master_port={_free_port()}")
+        reference = _train(tmp_path, common, "reference", *learners, f"strategy.master_port={free_port()}")
         _, err = reference.communicate(timeout=600)
         assert reference.returncode == 0, err[-3000:]
 
     exp = tmp_path / "exp"
-    proc = _train(tmp_path, common, "exp", *learners, f"strategy.master_port={_free_port()}")
+    proc = _train(tmp_path, common, "exp", *learners, f"strategy.master_port={free_port()}")
     first_save = exp / "checkpoints" / "resume" / "rank1.pt"
     end = time.monotonic() + 300
     while not first_save.exists():
@@ -186,7 +178,7 @@ def test_sigterm_to_a_two_learner_run_stops_every_process_and_resumes(tmp_path: 
     time.sleep(0.5)
     assert not _left_running(exp), _left_running(exp)
 
-    again = _train(tmp_path, common, "exp", *learners, f"strategy.master_port={_free_port()}")
+    again = _train(tmp_path, common, "exp", *learners, f"strategy.master_port={free_port()}")
     _, err = again.communicate(timeout=600)
     assert again.returncode == 0, err[-3000:]
     assert "resuming from" in err and "epoch 1, batch 0" not in err  # where it stopped

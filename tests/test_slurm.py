@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import REPO
+from tests.helpers import REPO, free_port
 from tests.test_signals import _prepare, _train
 
 pytestmark = [
@@ -32,12 +32,6 @@ pytestmark = [
         reason="needs root and Debian's munge + slurm-wlm (make test-all installs them)",
     ),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _run(*args: str, env: dict, check: bool = True) -> str:
@@ -68,8 +62,8 @@ def cluster(tmp_path: Path):
                 f"SlurmdPidFile={root / 'slurmd.pid'}",
                 f"SlurmctldLogFile={root / 'slurmctld.log'}",
                 f"SlurmdLogFile={root / 'slurmd.log'}",
-                f"SlurmctldPort={_free_port()}",
-                f"SlurmdPort={_free_port()}",
+                f"SlurmctldPort={free_port()}",
+                f"SlurmdPort={free_port()}",
                 "ProctrackType=proctrack/linuxproc",
                 "TaskPlugin=task/none",
                 "SelectType=select/cons_tres",
@@ -112,7 +106,7 @@ def test_a_signalled_job_requeues_itself_and_ends_with_the_model_of_an_unstopped
 ) -> None:
     common = _prepare(tmp_path)
     learners = ["strategy=sync", "strategy.learners=2", "strategy.timeout_s=60", "train.max_batch=4"]
-    reference = _train(tmp_path, common, "reference", *learners, f"strategy.master_port={_free_port()}")
+    reference = _train(tmp_path, common, "reference", *learners, f"strategy.master_port={free_port()}")
     _, err = reference.communicate(timeout=600)
     assert reference.returncode == 0, err[-3000:]
 
