@@ -96,6 +96,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _default_signals_in_child() -> None:
+    """In a forked child (a pool worker): SIGTERM and SIGINT as Python starts with them.
+    The parent's handlers must not be inherited: a worker blocked in a lock would never run
+    a Python-level handler, so ``Pool.terminate()``'s SIGTERM would not end it and the
+    parent would wait forever. A child that wants otherwise (the batch readers ignore
+    both) sets its own after the fork. Ignored signals stay ignored."""
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # forked from a thread other than the main one: nothing to undo here
+        pass
+
+
+os.register_at_fork(after_in_child=_default_signals_in_child)
+
+
 def _terminate_like_ctrl_c() -> Any:
     """SIGTERM outside training (which saves and stops on its own) unwinds like Ctrl-C, so
     ``finally`` blocks remove half-written files; returns the handler it replaced (None
