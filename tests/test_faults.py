@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import REPO, make_data_dir
-from tests.test_distributed import _free_port
+from tests.helpers import REPO, free_port, make_data_dir
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(300)]
 
@@ -76,7 +75,7 @@ def test_sync_killed_learner_restarts_and_ends_bitwise_equal(data_root: Path, tm
     sync = ("strategy=sync", "strategy.learners=2", "train.save_every=2")
     runs = {}
     for name in ("whole", "again"):
-        result = _stage4(data_root, tmp_path / name, *sync, f"strategy.master_port={_free_port()}")
+        result = _stage4(data_root, tmp_path / name, *sync, f"strategy.master_port={free_port()}")
         assert result.returncode == 0, result.stderr[-3000:]
         runs[name] = _model(tmp_path / name / "checkpoints" / "epoch2.pt")
     assert _same(runs["whole"], runs["again"])  # determinism: two SYNC runs, bitwise
@@ -87,7 +86,7 @@ def test_sync_killed_learner_restarts_and_ends_bitwise_equal(data_root: Path, tm
         tmp_path / "cut",
         *sync,
         "strategy.max_restarts=1",
-        f"strategy.master_port={_free_port()}",
+        f"strategy.master_port={free_port()}",
         env={"ASRKIT_FAULT_KILL": "1:7"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -101,14 +100,14 @@ def test_sync_killed_learner_restarts_and_ends_bitwise_equal(data_root: Path, tm
 def test_delay_by_one_resumes_with_its_exchanges_in_flight(data_root: Path, tmp_path: Path) -> None:
     """Lock-step too: the stale exchange pending at the save is part of the state."""
     settings = ("strategy=delay_by_one", "strategy.learners=2", "train.save_every=2")
-    whole = _stage4(data_root, tmp_path / "whole", *settings, f"strategy.master_port={_free_port()}")
+    whole = _stage4(data_root, tmp_path / "whole", *settings, f"strategy.master_port={free_port()}")
     assert whole.returncode == 0, whole.stderr[-3000:]
     cut = _stage4(
         data_root,
         tmp_path / "cut",
         *settings,
         "strategy.max_restarts=1",
-        f"strategy.master_port={_free_port()}",
+        f"strategy.master_port={free_port()}",
         env={"ASRKIT_FAULT_KILL": "0:7"},
     )
     assert cut.returncode == 0, cut.stderr[-3000:]
@@ -127,7 +126,7 @@ def test_adpsgd_restarts_from_its_last_epoch_end(data_root: Path, tmp_path: Path
         "strategy=adpsgd",
         "strategy.learners=2",
         "strategy.max_restarts=1",
-        f"strategy.master_port={_free_port()}",
+        f"strategy.master_port={free_port()}",
         "train.epochs=4",
         env={"ASRKIT_FAULT_KILL": "1:epoch3"},
     )
@@ -168,7 +167,7 @@ def test_rerunning_a_killed_single_process_stage_resumes(data_root: Path, tmp_pa
 def test_a_dead_learner_stops_the_others_with_a_clear_error(
     data_root: Path, tmp_path: Path, strategy: str, per_node: int, victim: int
 ) -> None:
-    port, exp = _free_port(), tmp_path / "exp"
+    port, exp = free_port(), tmp_path / "exp"
     # Stages 2-3 first, so the two "nodes" do not prepare the same files at once.
     prep = subprocess.run(
         [
