@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -232,30 +231,14 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _find_prctl() -> Any:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux
-        return None
-
-
-# Looked up once here: loading a library between fork and exec (in a preexec_fn) can deadlock.
-_PRCTL = _find_prctl()
-
-
-def die_with_parent(sig: int) -> bool:
-    """Have the kernel send this process ``sig`` when its parent dies (Linux's
-    ``PR_SET_PDEATHSIG``); False where that is not available."""
-    if _PRCTL is None:
-        return False
-    _PRCTL(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
-    return True
-
-
 def _stop_with_parent() -> None:
-    """In the agent before it starts: SIGTERM when the launching ``asrkit run`` dies, so
-    it stops its learners (elsewhere the parent's handlers still pass signals on)."""
-    die_with_parent(signal.SIGTERM)
+    """In the agent before it starts: SIGTERM when the launching process dies (Linux's
+    ``PR_SET_PDEATHSIG``), so a killed ``asrkit run`` leaves no learners behind."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's handlers still pass signals on
 
 
 def check_world(cfg: StrategyConfig, ctx: DistContext) -> None:

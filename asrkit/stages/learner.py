@@ -7,6 +7,7 @@ run that launched it.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -17,7 +18,7 @@ import torch.distributed as dist
 
 from asrkit.config import load_saved
 from asrkit.device import pick_device
-from asrkit.distributed.launch import STOP_NOTE_ENV, context_from_env, die_with_parent, launched_rank
+from asrkit.distributed.launch import STOP_NOTE_ENV, context_from_env, launched_rank
 from asrkit.errors import STOPPED_EXIT, TrainingStopped, UserError
 from asrkit.stages.train import train_learner
 
@@ -67,8 +68,12 @@ def _die_with_agent() -> None:
     process group misses it: have the kernel kill this learner when its agent dies (the
     agent stops it gracefully first; this is for an agent killed outright)."""
     parent = os.getppid()
-    if die_with_parent(signal.SIGKILL) and os.getppid() != parent:
-        os._exit(1)  # the agent died before the request took effect
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux
+    if os.getppid() != parent:  # the agent died before prctl took effect
+        os._exit(1)
 
 
 #: What torch.distributed's RuntimeErrors say when a peer died or a collective timed out.
