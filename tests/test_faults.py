@@ -91,7 +91,7 @@ def test_sync_killed_learner_restarts_and_ends_bitwise_equal(data_root: Path, tm
     )
     assert result.returncode == 0, result.stderr[-3000:]
     log = (tmp_path / "cut" / "log" / "run.log").read_text() + result.stderr
-    assert "fault injection: killing this learner after step 7 (epoch 2)" in log
+    assert "fault injection: killing this learner after step 7" in log
     assert "resuming from" in log and "epoch 2, batch 2 (step 6)" in log
     assert _same(runs["whole"], _model(tmp_path / "cut" / "checkpoints" / "epoch2.pt"))
     assert _same(_model(tmp_path / "whole" / "model.pt"), _model(tmp_path / "cut" / "model.pt"))
@@ -117,7 +117,7 @@ def test_delay_by_one_resumes_with_its_exchanges_in_flight(data_root: Path, tmp_
 
 def test_adpsgd_restarts_from_its_last_epoch_end(data_root: Path, tmp_path: Path) -> None:
     """Asynchronous, so not bitwise: the replicas resume from an epoch-end state they all
-    hold. Killed in epoch 3 (or 4): learner 1 saved its epoch-2 state only after every
+    hold. Killed as epoch 3 starts: learner 1 saved its epoch-2 state only after every
     learner had saved epoch 1's, so at least that one is common (the main learner may still
     have been validating epoch 2 when torchrun stopped it)."""
     cut = _stage4(
@@ -132,10 +132,9 @@ def test_adpsgd_restarts_from_its_last_epoch_end(data_root: Path, tmp_path: Path
     )
     assert cut.returncode == 0, cut.stderr[-3000:]
     log = (tmp_path / "cut" / "log" / "run.log").read_text() + cut.stderr
-    # ADPSGD shares an epoch's samples by global progress, so a learner that starts late
-    # can take no step in epoch 3 (seen in CI: learner 1 did all of epochs 1-3); the kill
-    # then comes after its first step of epoch 4, and the resume from that epoch's start.
-    assert re.search(r"fault injection: killing this learner after step \d+ \(epoch [34]\)", log), log[-4000:]
+    # At the epoch's start, not after a step of it: ADPSGD shares an epoch's samples by
+    # global progress, so learner 1 may take no step in epochs 3-4 (seen in CI).
+    assert "fault injection: killing this learner as epoch 3 starts" in log, log[-4000:]
     assert re.search(r"resuming from .*: epoch [234], batch 0", log), log[-3000:]
     summary = json.loads((tmp_path / "cut" / "train_summary.json").read_text())
     assert [h["epoch"] for h in summary["history"]] == [1, 2, 3, 4]

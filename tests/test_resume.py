@@ -125,7 +125,7 @@ def _run(out: Path, *, resume: str = "auto", stop_at: int | None = None, epochs:
     if stop_at is not None:
 
         class Die(FaultInjection):
-            def after_step(self, step: int, epoch: int = 0) -> None:
+            def after_step(self, step: int) -> None:
                 if step == stop_at:
                     raise _Interrupted
 

@@ -109,9 +109,10 @@ def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
 
 class FaultInjection:
     """A test-only hook of the fault-tolerance tests: learner ``rank`` kills itself with
-    SIGKILL right after optimizer step ``step``, or after its first step of epoch ``epoch``
-    (1-based; for ADPSGD, whose learners take varying numbers of steps). The trainer runs
-    it only when given one (:meth:`parse` of ``ASRKIT_FAULT_KILL``)."""
+    SIGKILL right after optimizer step ``step``, or as epoch ``epoch`` (1-based) starts,
+    before its first step: ADPSGD shares an epoch's batches by global progress, so a slow
+    learner may take no step at all in an epoch, but every learner starts every epoch. The
+    trainer runs it only when given one (:meth:`parse` of ``ASRKIT_FAULT_KILL``)."""
 
     def __init__(self, *, step: int | None = None, epoch: int | None = None) -> None:
         self.step, self.epoch = step, epoch
@@ -130,10 +131,19 @@ class FaultInjection:
             return cls(epoch=int(when[len("epoch") :]))
         return cls(step=int(when))
 
-    def after_step(self, step: int, epoch: int = 0) -> None:
-        """After optimizer step ``step`` (counted from 1) of epoch ``epoch`` (from 0)."""
-        if step == self.step or (self.epoch is not None and epoch + 1 >= self.epoch):
-            log.warning("fault injection: killing this learner after step %d (epoch %d)", step, epoch + 1)
-            with contextlib.suppress(Exception):
-                logging.shutdown()
-            os.kill(os.getpid(), signal.SIGKILL)
+    def epoch_start(self, epoch: int) -> None:
+        """As epoch ``epoch`` (counted from 0) starts."""
+        if self.epoch is not None and epoch + 1 == self.epoch:
+            self._die(f"as epoch {epoch + 1} starts")
+
+    def after_step(self, step: int) -> None:
+        """After optimizer step ``step`` (counted from 1)."""
+        if step == self.step:
+            self._die(f"after step {step}")
+
+    @staticmethod
+    def _die(when: str) -> None:
+        log.warning("fault injection: killing this learner %s", when)
+        with contextlib.suppress(Exception):
+            logging.shutdown()
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -365,6 +365,8 @@ class Trainer:
         epoch); returns its wall time and the part of it spent waiting for batches, in
         seconds."""
         model.train()
+        if self.fault is not None and not first:
+            self.fault.epoch_start(epoch)
         bar = self._progress(epoch)
         if bar is not None and first:
             bar.update(first)
@@ -386,7 +388,7 @@ class Trainer:
             self.state.samples += len(batch.utts)
             self.hooks.after_step(model, self.state)
             if self.fault is not None:
-                self.fault.after_step(self.state.step, epoch)
+                self.fault.after_step(self.state.step)
             if every and index % every == 0 and index < len(self.batches):
                 self.save_resume_state((epoch, index))
             frames += batch.frames
