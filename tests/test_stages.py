@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -207,6 +208,24 @@ def test_finished_stages_are_skipped_until_their_settings_change(tmp_path: Path)
     (tmp_path / "data" / "test" / "wav.scp").write_text("broken\n")
     assert main([*args, "--force", "--stage", "2"]) == 2
     assert not (tmp_path / "data" / ".stages" / "2-features.json").exists()
+
+
+@pytest.mark.skipif(shutil.which("sox") is None, reason="sox is not installed (make sysdeps)")
+def test_stage_1_run_again_drops_the_previous_features(tmp_path: Path) -> None:
+    """A speed-perturbed run's features, then stage 1 without perturbation: the rewritten
+    lists no longer match the old feats.scp, which stage 1 removes (it failed validation
+    before), and stage 2 makes new features for the originals only."""
+    corpus = make_an4_corpus(tmp_path / "an4", "raw")
+    args = ["run", "--stage", "1", "--stop-stage", "2", f"data.corpus_dir={corpus}", "data.num_dev=2"]
+    args += ["features.nj=1", "features.num_mel_bins=23", *_dirs(tmp_path)]
+    assert main([*args, "data.speed_perturb=[0.9,1.0,1.1]"]) == 0
+    train = tmp_path / "data" / "train"
+    assert len(read_data_dir(train).utt_ids) == 15 and (train / "speed_perturb").is_file()
+    assert main(args) == 0
+    data = read_data_dir(train)
+    assert len(data.utt_ids) == 5 and not (train / "speed_perturb").exists()
+    feats = dict(kaldi_io.read_mat_scp(str(train / "feats.scp")))
+    assert sorted(feats) == data.utt_ids
 
 
 def test_a_change_upstream_reruns_the_stages_that_need_it() -> None:

@@ -93,6 +93,8 @@ def prepare(ctx: StageContext) -> None:
             f"{corpus_dir}: no {ctx.cfg.data.corpus} corpus here; run stage 0 to "
             "download it or set data.corpus_dir"
         )
+    for name in ctx.cfg.data.all_sets:
+        drop_feature_files(ctx.data_root / name)
     prep.prepare(
         corpus_dir,
         ctx.data_root,
@@ -160,6 +162,14 @@ def perturb_training_set(ctx: StageContext) -> None:
 _FEATURE_FILES = frozenset(
     {"feats.scp", "cmvn.scp", "utt2num_frames", "frame_shift", "feats.yaml", "cmvn_global.ark"}
 )
+
+
+def drop_feature_files(data_dir: Path) -> None:
+    """Stage 2's files in a data dir that stage 1 writes again: its rewritten lists
+    (a different ``data.speed_perturb``, a changed corpus) would not match a previous run's
+    ``feats.scp``, and stage 2, which runs after it, makes them anew."""
+    for name in _FEATURE_FILES:
+        (data_dir / name).unlink(missing_ok=True)
 
 
 def imported(dirs: dict[str, str]) -> dict[str, str]:
