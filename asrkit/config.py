@@ -297,6 +297,7 @@ NOT_OUTPUT_SETTINGS = frozenset(
     {
         "features.nj",
         "train.progress",
+        "train.adapt_threads",
         "train.log_every",
         "train.save_every",
         "train.keep_checkpoints",

@@ -44,7 +44,7 @@ QUICK: dict[str, dict] = {
     "convergence": {"quick": True},
     "data": {"hours": (1.0, 10.0), "steps": 20, "loader_seconds": 5.0},
     "hybrid": {"quick": True},
-    "contention": {"steps": 6},
+    "contention": {"seconds": 6.0},
 }
 
 __all__ = [

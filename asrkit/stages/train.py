@@ -53,9 +53,11 @@ from asrkit.stages.registry import StageContext, stage, stage_number, stage_sett
 from asrkit.targets.alignments import check_alignments, read_alignments
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.allocator import retain_freed_memory
+from asrkit.training.config import TrainConfig
 from asrkit.training.objectives import build_objective
 from asrkit.training.resume import FaultInjection
 from asrkit.training.stop import StopRequest
+from asrkit.training.threads import ThreadGovernor
 from asrkit.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,13 @@ def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: Di
             "rerun the same command to continue",
             quiet=not dctx.is_main,
         )
+
+
+def _thread_governor(train: TrainConfig) -> ThreadGovernor | None:
+    """``train.adapt_threads`` on CPU, starting from (and capped at) the threads set."""
+    if not train.adapt_threads or pick_device(train.device).type != "cpu":
+        return None
+    return ThreadGovernor(torch.get_num_threads())
 
 
 def _train_learner(
@@ -210,6 +219,7 @@ def _train_learner(
         resume=_resume_mode(cfg.resume, restart=dctx.restart),
         fault=FaultInjection.parse(dctx.fault_kill, rank=dctx.rank, restart=dctx.restart),
         stop=stop,
+        threads=_thread_governor(cfg.train),
         resume_key=settings_hash(
             cfg, stage_settings(stage_number("train", pipeline=cfg.pipeline), pipeline=cfg.pipeline)
         )[0],

@@ -122,6 +122,10 @@ class TrainConfig:
         clip_grad_norm: global gradient-norm clipping (0 = off).
         device: ``auto`` (CUDA when present), ``cpu`` or ``cuda``.
         num_threads: intra-op CPU threads (0 = torch's default).
+        adapt_threads: on CPU, lower the intra-op threads to the cores other processes
+            leave free, and raise them back (at most the configured count) when the cores
+            free up; checked every 2 s (:mod:`asrkit.training.threads`). The results do
+            not depend on it.
         best_metric: ``wer`` or ``loss`` on the dev set picks the best checkpoint.
         keep_checkpoints: epoch checkpoints kept (older ones are removed).
         average_last: when > 1, ``model.pt`` is the average of the last this-many epoch
@@ -158,6 +162,7 @@ class TrainConfig:
     clip_grad_norm: float = 5.0
     device: str = "auto"
     num_threads: int = 0
+    adapt_threads: bool = True
     best_metric: str = "wer"
     keep_checkpoints: int = 5
     average_last: int = 0

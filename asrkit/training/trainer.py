@@ -42,6 +42,7 @@ from asrkit.training.resume import (
 from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
 from asrkit.training.stop import StopRequest, TrainingStopped
+from asrkit.training.threads import ThreadGovernor
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +207,8 @@ class Trainer:
             starts over (see :mod:`asrkit.training.resume`).
         resume_key: a hash of the settings that shape training; states saved under
             another key are not resumed from.
+        threads: adapts the intra-op threads to a busy CPU between steps
+            (``train.adapt_threads``).
     """
 
     def __init__(
@@ -228,6 +231,7 @@ class Trainer:
         resume_key: str = "",
         fault: FaultInjection | None = None,
         stop: StopRequest | None = None,
+        threads: ThreadGovernor | None = None,
     ) -> None:
         cfg.check()  # for callers that build a Trainer without composing a recipe config
         self.resume, self.resume_key = check_resume_mode(resume), resume_key
@@ -270,6 +274,7 @@ class Trainer:
         self.store = ResumeStore(self.exp_dir / "checkpoints" / "resume", self.hooks.rank)
         self.fault = fault
         self.stop = stop
+        self.threads = threads
         #: The batch after which a signal stopped this epoch's steps (None: not stopped).
         self._stopped_after: int | None = None
 
@@ -389,6 +394,8 @@ class Trainer:
             self.hooks.after_step(model, self.state)
             if self.fault is not None:
                 self.fault.after_step(self.state.step)
+            if self.threads is not None:
+                self.threads.poll()
             if every and index % every == 0 and index < len(self.batches):
                 self.save_resume_state((epoch, index))
             frames += batch.frames
