@@ -91,3 +91,27 @@ def test_second_run_of_an_experiment_is_one_line_and_leaves_its_files(
     result = run_main(argv, capfd)
     assert_one_line_error(result, str(exp), "in use by another run", f"pid {sleeper.pid}")
     assert (exp / "config.yaml").read_text() == "the first run's config\n"
+
+
+def test_a_stale_lock_taken_by_another_run_meanwhile_is_not_removed(
+    tmp_path: Path, sleeper: subprocess.Popen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs find the same stale lock; the other one removed it and took the dir first.
+    This run, still holding its stale reading, must leave the other's fresh lock alone."""
+    import asrkit.stages.lock as lock_module
+
+    lock = tmp_path / LOCK_NAME
+    stale = json.loads(_holder(999_999_999, started="1"))
+    lock.write_text(_holder(sleeper.pid))  # the other run's lock, already in place
+    real = lock_module._holder
+    readings = iter([stale])  # this run's first look saw the stale lock
+
+    def holder(path: Path) -> dict | None:
+        return next(readings, None) or real(path)
+
+    monkeypatch.setattr(lock_module, "_holder", holder)
+    with pytest.raises(ConfigError, match=f"pid {sleeper.pid}.*wait for it to finish"):
+        with experiment_lock(tmp_path):
+            pass
+    assert json.loads(lock.read_text())["pid"] == sleeper.pid
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_NAME]  # nothing left aside

@@ -72,6 +72,31 @@ def _describe(holder: dict) -> str:
     return f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, since {when}"
 
 
+def _remove_stale(path: Path, stale: dict) -> bool:
+    """Remove the lock file ``path`` only if it still holds ``stale``.
+
+    Two runs may find the same stale lock at once: the first removes it and takes the dir,
+    and the second must not then remove the first's fresh lock. So the file is renamed
+    away (atomic: one run gets it), and if what was renamed is not the stale holder read
+    before, it is put back with ``link`` (which fails, leaving it aside, only where a third
+    run took the name in that instant; the warning names the file)."""
+    aside = path.with_name(f"{path.name}.stale.{os.getpid()}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False  # another run removed it first
+    if _holder(aside) == stale:
+        aside.unlink(missing_ok=True)
+        return True
+    try:
+        os.link(aside, path)  # a live run's lock: back where it was
+    except FileExistsError:
+        log.warning("%s: two runs took this lock at once; the other one's is left as %s", path, aside)
+        return False
+    aside.unlink(missing_ok=True)
+    return False
+
+
 @contextmanager
 def experiment_lock(exp_dir: str | Path, *, name: str = LOCK_NAME) -> Iterator[Path]:
     """Hold ``exp_dir/<name>`` for the duration of the block.
@@ -96,8 +121,8 @@ def experiment_lock(exp_dir: str | Path, *, name: str = LOCK_NAME) -> Iterator[P
                 continue  # released meanwhile: try again
             host, pid = holder.get("host"), holder.get("pid")
             if host == me["host"] and isinstance(pid, int) and not _alive(pid, holder.get("started")):
-                log.warning("%s: left by a run that has ended (%s); taking it over", path, _describe(holder))
-                path.unlink(missing_ok=True)
+                if _remove_stale(path, holder):
+                    log.warning("%s: left by a run that has ended (%s); taking it over", path, _describe(holder))
                 continue
             if host != me["host"] and host is not None:
                 fix = f"if that run has ended (a crashed node), remove {path} and run again"
