@@ -122,7 +122,8 @@ def experiment_lock(exp_dir: str | Path, *, name: str = LOCK_NAME) -> Iterator[P
             host, pid = holder.get("host"), holder.get("pid")
             if host == me["host"] and isinstance(pid, int) and not _alive(pid, holder.get("started")):
                 if _remove_stale(path, holder):
-                    log.warning("%s: left by a run that has ended (%s); taking it over", path, _describe(holder))
+                    ended = _describe(holder)
+                    log.warning("%s: left by a run that has ended (%s); taking it over", path, ended)
                 continue
             if host != me["host"] and host is not None:
                 fix = f"if that run has ended (a crashed node), remove {path} and run again"
