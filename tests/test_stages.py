@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from asrkit.cli.main import main
+from asrkit.config import compose, settings_hash
 from asrkit.data import read_data_dir
 from asrkit.data.kaldi_ark import kaldi_io
 from asrkit.stages import STAGES
@@ -229,11 +230,26 @@ def test_stage_1_run_again_drops_the_previous_features(tmp_path: Path) -> None:
 
 
 def test_a_change_upstream_reruns_the_stages_that_need_it() -> None:
-    from asrkit.stages.registry import stage_settings
+    from asrkit.stages.registry import stage_number, stage_settings
 
     assert "features" in stage_settings(5) and "decode" in stage_settings(5)
     assert "decode" not in stage_settings(4) and "align" not in stage_settings(3)
     assert "model" in stage_settings(7) and "tokenizer" in stage_settings(4)
+    # Stage 7 (loglikes) reads decode.model, decode.sets and align.train.
+    assert {"decode", "align"} <= set(stage_settings(stage_number("loglikes")))
+
+
+def test_how_batches_are_read_is_not_part_of_the_training_settings() -> None:
+    from asrkit.stages.registry import stage_number, stage_settings
+
+    """The reader-crash advice (train.loader=thread) must resume training, not restart it:
+    the loader settings do not change the batches, so not the stage's settings either."""
+    keys = stage_settings(stage_number("train"))
+    base, _ = settings_hash(compose([]), keys)
+    loaders = ("train.loader=thread", "train.prefetch=0", "train.loader_workers=3")
+    for override in (*loaders, "train.adapt_threads=false"):
+        assert settings_hash(compose([override]), keys)[0] == base, override
+    assert settings_hash(compose(["train.epochs=3"]), keys)[0] != base
 
 
 def test_overrides_may_follow_options(capsys: pytest.CaptureFixture[str]) -> None:

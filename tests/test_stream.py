@@ -426,3 +426,13 @@ def test_training_processes_keep_freed_memory_for_reuse() -> None:
     # glibc accepts both settings (mallopt returns 1); a second call changes nothing.
     assert allocator.retain_freed_memory() is True
     assert allocator.retain_freed_memory() is True
+
+
+def test_in_memory_alignments_leave_the_callers_utterances_alone() -> None:
+    feats = np.zeros((6, 3), dtype=np.float32)
+    utts = [Utterance(f"u{i}", feats, np.array([1], dtype=np.int64)) for i in range(3)]
+    source = InMemorySource(utts)
+    aligned = source.with_alignments({"u0": np.arange(6), "u2": np.arange(6) + 10}, step=2)
+    assert [u.utt for u in aligned.read_all()] == ["u0", "u2"]
+    assert aligned.read_all()[1].ali.tolist() == [10, 12, 14]
+    assert all(u.ali is None for u in utts) and all(u.ali is None for u in source.read_all())

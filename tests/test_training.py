@@ -19,9 +19,10 @@ from asrkit.models.checkpoint import build_from_meta, load_model_bundle, save_ch
 from asrkit.models.lstm import LSTMAcousticModel
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
+from asrkit.training.objectives import CtcObjective
 from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
-from asrkit.training.trainer import Trainer, ctc_loss
+from asrkit.training.trainer import Trainer
 
 TEXTS = {"a-1": "A B C", "a-2": "TWO THREE", "b-1": "YES NO", "b-2": "ERASE F G", "b-3": "GO"}
 
@@ -144,9 +145,9 @@ def test_ctc_loss_falls_on_a_tiny_fixture(tmp_path: Path, tokenizer: Tokenizer) 
         meta={"model": model.args},
         seed=0,
     )
-    before = ctc_loss(model.eval(), collate(utts)).item()
+    before = CtcObjective().loss(model.eval(), collate(utts)).item()
     state = trainer.fit()
-    after = ctc_loss(model.eval(), collate(utts)).item()
+    after = CtcObjective().loss(model.eval(), collate(utts)).item()
     assert after < 0.3 * before, (before, after)
     assert state.history[-1]["loss"] < state.history[0]["loss"]
     assert (tmp_path / "exp" / "checkpoints" / "best.pt").is_file()

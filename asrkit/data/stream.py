@@ -18,6 +18,7 @@ or threads), each worker through its own reader (one open handle per archive).
 from __future__ import annotations
 
 import array
+import dataclasses
 import logging
 import os
 import random
@@ -150,12 +151,13 @@ class InMemorySource(UtteranceSource):
         return {u.utt: u.text for u in self.utts}
 
     def with_alignments(self, labels: dict[str, np.ndarray], *, step: int) -> InMemorySource:
-        kept = []
-        for u in self.utts:
-            if u.utt in labels:
-                u.ali = np.ascontiguousarray(labels[u.utt][::step], dtype=np.int64)
-                kept.append(u)
-        return InMemorySource(kept)
+        return InMemorySource(
+            [
+                dataclasses.replace(u, ali=np.ascontiguousarray(labels[u.utt][::step], dtype=np.int64))
+                for u in self.utts
+                if u.utt in labels
+            ]
+        )
 
 
 class _ListReader(UtteranceReader):

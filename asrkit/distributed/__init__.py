@@ -1,4 +1,6 @@
-"""Distributed training: communication topology analysis (strategies join later).
+"""Distributed training: the strategies (SYNC, ADPSGD, delay-by-one, HYBRID: see
+:mod:`asrkit.distributed.strategies`), the torchrun launcher, and the communication
+topology analysis re-exported here.
 
 Public API (:mod:`asrkit.distributed.topology`, ADPSGD pairing of even/active with
 odd/passive ranks, Lian et al. 2018):

@@ -275,7 +275,6 @@ STRATEGIES: dict[str, StrategyInfo] = {
         "DDP inside groups, ADPSGD among the groups' leaders",
     ),
 }
-STRATEGY_NAMES = tuple(STRATEGIES)
 #: The strategies that average weights between learners instead of all-reducing gradients.
 WEIGHT_AVERAGING = tuple(name for name, info in STRATEGIES.items() if info.weight_averaging)
 

@@ -104,6 +104,7 @@ def align(ctx: StageContext) -> None:
     "loglikes",
     "per-frame log posterior - log prior of the dev and test sets as Kaldi "
     "matrices (for latgen-faster-mapped)",
+    uses=("decode", "align"),
     needs=(4,),
     outputs=lambda ctx: [
         ctx.exp_dir / f"loglikes_{name}" / "loglikes.scp" for name, _ in decode_targets(ctx)

@@ -166,11 +166,6 @@ def loader_settings(cfg: TrainConfig, *, parts: int = 1) -> dict[str, Any]:
     }
 
 
-def ctc_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Summed CTC loss / ``batch.norm`` (``zero_infinity`` guards too-short inputs)."""
-    return CtcObjective().loss(model, batch)
-
-
 def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
     """``adam`` or ``sgd`` (Nesterov momentum) from the ``optim`` settings."""
     if cfg.name == "adam":
