@@ -39,13 +39,18 @@ from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, T
 from asrkit.training.objectives import OBJECTIVES
 from asrkit.training.resume import check_resume_mode
 
-#: ``conf/`` beside the ``asrkit`` package in a source checkout.
-#: The configs shipped inside the package, so an installed asrkit finds its defaults.
-DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent / "conf"
 #: What ``${project_root:}`` in a config means: the checkout holding ``recipes/`` (the
 #: corpora's preparation scripts, and ``../shared`` beside it). An installed asrkit has no
 #: recipes: point ``data.corpus_dir``/``data.prep_script`` at yours, or use ``data=kaldi``.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+#: The Hydra configs: ``conf/`` at the top of a checkout (editable installs too); a built
+#: install ships the same files inside the package as ``asrkit/conf`` (setup.py maps the
+#: ``asrkit.conf`` package to the top-level folder).
+DEFAULT_CONFIG_DIR = (
+    Path(__file__).resolve().parent / "conf"
+    if (Path(__file__).resolve().parent / "conf" / "config.yaml").is_file()
+    else PROJECT_ROOT / "conf"
+)
 
 
 @dataclass

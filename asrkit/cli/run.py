@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run recipe stages",
-        description="Run numbered recipe stages. Settings come from asrkit/conf/config.yaml and "
+        description="Run numbered recipe stages. Settings come from conf/config.yaml and "
         "Hydra overrides such as features.num_mel_bins=40 or features=mfcc.",
         epilog="stages:\n"
         + describe_stages()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shared by the recipes' run.sh: runs asrkit's stage runner in the recipe's directory (so
-# data/, fbank/ and exp/ land there, as in a Kaldi egs dir) with asrkit's configs (asrkit/conf).
+# data/, fbank/ and exp/ land there, as in a Kaldi egs dir) with asrkit's configs (conf/).
 # Usage (from a recipe's run.sh): exec "$root/recipes/lib/run_stages.sh" RECIPE_DIR ARGS...
 set -euo pipefail
 recipe=$1
