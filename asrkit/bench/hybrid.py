@@ -331,7 +331,7 @@ def _decode_hybrid(exp_dir: Path, data_dir: Path, audio_s: float) -> dict[str, A
     from asrkit.decoding.recognizer import Recognizer
     from asrkit.gmm.graph import load_graph_dir
     from asrkit.gmm.model_io import read_model
-    from asrkit.stages.train import alignment_source
+    from asrkit.learner import alignment_source
     from asrkit.targets.alignments import read_alignments
     from asrkit.targets.forced_align import class_counts, log_priors
 

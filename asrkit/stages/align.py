@@ -24,9 +24,9 @@ import torch
 from asrkit.data.datadir import read_data_dir, write_kaldi_map
 from asrkit.data.kaldi_ark import write_ark
 from asrkit.errors import ConfigError, DataError
-from asrkit.stages.decode import decode_targets, resolve_sets, stage_recognizer
+from asrkit.learner import alignment_source
+from asrkit.stages.common import decode_targets, resolve_sets, stage_recognizer
 from asrkit.stages.registry import StageContext, stage
-from asrkit.stages.train import alignment_source
 from asrkit.targets.alignments import read_alignments
 from asrkit.targets.forced_align import (
     class_counts,

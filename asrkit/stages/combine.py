@@ -27,7 +27,7 @@ from asrkit.decoding.recognizer import check_exp_dir, write_and_score
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError, DataError, UserError
 from asrkit.scoring.wer import read_text
-from asrkit.stages.decode import decode_targets, prepared_set, report, sweep, tune_target
+from asrkit.stages.common import decode_targets, prepared_set, report, sweep, tune_target
 from asrkit.stages.registry import StageContext, stage, stage_settings
 
 log = logging.getLogger(__name__)

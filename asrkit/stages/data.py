@@ -2,41 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import shutil
 from pathlib import Path
-from types import ModuleType
 
 from asrkit.data.datadir import read_kaldi_map, validate_data_dir, write_kaldi_map
 from asrkit.data.download import download_corpus
 from asrkit.data.perturb import speed_perturb
 from asrkit.data.text import describe_variants, normalize_text, spelling_variants
 from asrkit.errors import ConfigError, DataError
+from asrkit.stages.common import load_prep_module
 from asrkit.stages.registry import StageContext, stage
 
 log = logging.getLogger(__name__)
-
-
-def load_prep_module(script: str) -> ModuleType:
-    """Import the recipe's corpus preparation script (``data.prep_script``)."""
-    path = Path(script)
-    if not path.is_file():
-        raise ConfigError(
-            f"data.prep_script={script}: file not found; point it at the recipe's data preparation script"
-        )
-    spec = importlib.util.spec_from_file_location(f"asrkit_prep_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name in ("corpus_present", "prepare"):
-        if not hasattr(module, name):
-            raise ConfigError(
-                f"{path}: defines no {name}(); a prep script needs "
-                "corpus_present(corpus_dir) and prepare(corpus_dir, data_root, "
-                "*, num_dev, train_set, dev_set, test_sets)"
-            )
-    return module
 
 
 @stage(

@@ -33,8 +33,9 @@ from asrkit.data.datadir import read_data_dir
 from asrkit.data.io import atomic_write
 from asrkit.decoding.recognizer import write_and_score
 from asrkit.errors import ConfigError, DataError
+from asrkit.learner import alignment_source
 from asrkit.scoring.wer import read_text
-from asrkit.stages.decode import decode_targets, report, sweep, tune_target
+from asrkit.stages.common import decode_targets, report, stage_recognizer, sweep, tune_target
 from asrkit.stages.registry import StageContext, stage
 
 if TYPE_CHECKING:
@@ -165,35 +166,6 @@ def gmm(ctx: StageContext) -> None:
     timings["align_dev"] = round(time.monotonic() - began, 1)
     atomic_write(root / "timings.json", json.dumps(timings, indent=2) + "\n")
     log.info("GMM stage timings (s): %s", timings)
-
-
-def _register_train() -> None:
-    from asrkit.stages.train import train
-
-    stage(
-        6,
-        "train",
-        "train the BLSTM with frame cross-entropy on the GMM's tied states (gmm/ali_<set>), "
-        "validating on the dev set every epoch",
-        uses=(
-            "model",
-            "optim",
-            "schedule",
-            "specaug",
-            "train",
-            "strategy",
-            "objective",
-            "seed",
-            "align",
-            "pipeline",
-        ),
-        needs=(2, 3, 4),
-        pipelines=("hybrid",),
-        outputs=lambda ctx: [ctx.exp_dir / "model.pt"],
-    )(train)
-
-
-_register_train()
 
 
 # ---------------------------------------------------------------- WFST decoding
@@ -364,8 +336,6 @@ def hybrid_decode(ctx: StageContext) -> None:
     from asrkit.decoding.hybrid import PRIOR_COUNTS, HybridScorer, HybridSettings
     from asrkit.gmm.graph import load_graph_dir
     from asrkit.gmm.model_io import read_model
-    from asrkit.stages.decode import stage_recognizer
-    from asrkit.stages.train import alignment_source
     from asrkit.targets.alignments import read_alignments
     from asrkit.targets.forced_align import class_counts, log_priors, write_counts
 

@@ -18,7 +18,7 @@ from asrkit.data.perturb import original_only, perturbed_factors
 from asrkit.decoding.beam import lexicon_words, write_lexicon
 from asrkit.errors import DataError
 from asrkit.lm.ngram import EOS, NGramLM, estimate_kneser_ney, write_arpa
-from asrkit.stages.decode import resolve_sets
+from asrkit.stages.common import resolve_sets
 from asrkit.stages.registry import StageContext, stage
 from asrkit.targets.tokenizer import train_tokenizer
 

@@ -20,7 +20,8 @@ from asrkit.config import load_saved
 from asrkit.device import pick_device
 from asrkit.distributed.launch import STOP_NOTE_ENV, context_from_env, launched_rank
 from asrkit.errors import STOPPED_EXIT, TrainingStopped, UserError
-from asrkit.stages.train import train_learner
+from asrkit.learner import train_learner
+from asrkit.stages.common import training_resume_key
 
 
 def main(argv: list[str]) -> int:
@@ -37,7 +38,8 @@ def main(argv: list[str]) -> int:
             format=f"%(asctime)s %(levelname)s [learner {dctx.rank}] %(name)s: %(message)s",
             datefmt="%Y-%m-%d %H:%M:%S",
         )
-        train_learner(cfg, data_root=Path(cfg.data_root), exp_dir=Path(cfg.exp_dir), dctx=dctx)
+        exp_dir, key = Path(cfg.exp_dir), training_resume_key(cfg)
+        train_learner(cfg, data_root=Path(cfg.data_root), exp_dir=exp_dir, dctx=dctx, resume_key=key)
     except TrainingStopped as stopped:
         if not stopped.quiet:
             note = os.environ.get(STOP_NOTE_ENV)

@@ -1,4 +1,5 @@
-"""Stage 4: train the acoustic model; writes ``model.pt`` and ``train_summary.json``.
+"""Stage 4 (stage 6 of the hybrid pipeline): train the acoustic model; writes ``model.pt``
+and ``train_summary.json`` (:func:`asrkit.learner.train_learner` does the training).
 
 With ``strategy.learners x strategy.nnodes > 1`` the stage starts the learners
 with torchrun (``python -m asrkit.stages.learner exp/<name>/config.yaml``) and
@@ -8,61 +9,39 @@ run --stage 4 ...``) trains as the learner it was started as.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-import shutil
 import time
-from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
-from asrkit.config import AsrkitConfig, settings_hash
-from asrkit.data.batch import CmvnNormalizer
-from asrkit.data.datadir import read_frame_shift
-from asrkit.data.io import atomic_write, atomic_writer
-from asrkit.data.stream import (
-    InMemorySource,
-    UtteranceSource,
-    attach_alignments,
-    open_data_dir,
-)
 from asrkit.device import pick_device
-from asrkit.distributed.config import WEIGHT_AVERAGING
-from asrkit.distributed.launch import (
-    DistContext,
-    check_world,
-    context_from_env,
-    init_process_group,
-    launch_learners,
-    shutdown_process_group,
-    under_torchrun,
-)
-from asrkit.distributed.strategies import build_hooks
-from asrkit.errors import ConfigError, TrainingStopped
-from asrkit.features.cmvn import read_cmvn
-from asrkit.models.checkpoint import (
-    average_checkpoints,
-    init_from,
-    load_checkpoint,
-    save_checkpoint,
-)
-from asrkit.models.lstm import build_model, model_args
-from asrkit.stages.registry import StageContext, stage, stage_number, stage_settings
-from asrkit.targets.alignments import check_alignments, read_alignments
-from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.allocator import retain_freed_memory
-from asrkit.training.config import TrainConfig
-from asrkit.training.objectives import build_objective
-from asrkit.training.resume import FaultInjection
-from asrkit.training.stop import StopRequest
-from asrkit.training.threads import ThreadGovernor
-from asrkit.training.trainer import Trainer
+from asrkit.distributed.launch import context_from_env, launch_learners, under_torchrun
+from asrkit.learner import adopt_alignment_tokenizer, alignment_source, train_learner
+from asrkit.stages.common import training_resume_key
+from asrkit.stages.registry import StageContext, stage
 
 log = logging.getLogger(__name__)
 
 
+@stage(
+    6,
+    "train",
+    "train the BLSTM with frame cross-entropy on the GMM's tied states (gmm/ali_<set>), "
+    "validating on the dev set every epoch",
+    uses=(
+        "model",
+        "optim",
+        "schedule",
+        "specaug",
+        "train",
+        "strategy",
+        "objective",
+        "seed",
+        "align",
+        "pipeline",
+    ),
+    needs=(2, 3, 4),
+    pipelines=("hybrid",),
+    outputs=lambda ctx: [ctx.exp_dir / "model.pt"],
+)
 @stage(
     4,
     "train",
@@ -90,255 +69,10 @@ def train(ctx: StageContext) -> None:
             log.info("learners finished; model saved as %s", ctx.exp_dir / "model.pt")
         return
     dctx = context_from_env(pick_device(ctx.cfg.train.device), backend=strategy.backend)
-    train_learner(ctx.cfg, data_root=ctx.data_root, exp_dir=ctx.exp_dir, dctx=dctx)
-
-
-def train_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: DistContext) -> None:
-    """Train as learner ``dctx.rank``; the main learner writes the outputs. SIGINT and
-    SIGTERM from here on stop training after a step, with a resume state saved
-    (:mod:`asrkit.training.stop`)."""
-    stop = StopRequest()
-    installed = stop.install()
-    try:
-        _train_learner(cfg, data_root=data_root, exp_dir=exp_dir, dctx=dctx, stop=stop)
-    finally:
-        if installed:
-            stop.restore()
-    if stop.requested:  # the signal came as training ended: it is whole, but stop here
-        raise TrainingStopped(
-            f"stopped by {stop.name} after training finished ({exp_dir / 'model.pt'} written); "
-            "rerun the same command to continue",
-            quiet=not dctx.is_main,
-        )
-
-
-def _thread_governor(train: TrainConfig) -> ThreadGovernor | None:
-    """``train.adapt_threads`` on CPU, starting from (and capped at) the threads set."""
-    if not train.adapt_threads or pick_device(train.device).type != "cpu":
-        return None
-    return ThreadGovernor(torch.get_num_threads())
-
-
-def _train_learner(
-    cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, dctx: DistContext, stop: StopRequest
-) -> None:
-    retain_freed_memory()  # batches reuse freed pages (asrkit.training.allocator)
-    if dctx.world_size > 1:
-        check_world(cfg.strategy, dctx)
-        torch.set_num_threads(cfg.strategy.threads_per_learner)
-        init_process_group(dctx, timeout_s=cfg.strategy.timeout_s)
-    elif cfg.train.num_threads > 0:
-        torch.set_num_threads(cfg.train.num_threads)
-    # Per-learner RNG (dropout) so learners do not draw identical masks; the initial
-    # weights are rank 0's for every strategy (broadcast), so they do not depend on it.
-    torch.manual_seed(cfg.seed + dctx.rank)
-    tokenizer = Tokenizer(exp_dir / "tokenizer")
-    if (tokenizer.kind == "phone") != (cfg.tokenizer.kind == "phone"):
-        # e.g. a tokenizer dir copied from another experiment: its units are not the config's.
-        raise ConfigError(
-            f"{exp_dir / 'tokenizer'} holds a {tokenizer.kind} tokenizer but tokenizer.kind="
-            f"{cfg.tokenizer.kind}; run stage 3 again (--stage 3) to build the config's units"
-        )
-    train_dir, dev_dir = data_root / cfg.data.train_set, data_root / cfg.data.dev_set
-    stats = None
-    if cfg.features.cmvn == "global":
-        # The training set's stats normalise every set, and travel with the model.
-        stats = read_cmvn(train_dir / "cmvn_global.ark")  # a clear error when it is missing
-        if dctx.is_main:
-            with atomic_writer(exp_dir / "cmvn_global.ark", "wb") as out:
-                out.write((train_dir / "cmvn_global.ark").read_bytes())
-    normalize = CmvnNormalizer(cfg.features.cmvn, global_stats=stats, norm_vars=cfg.features.norm_vars)
-    dim = cfg.features.dim
-    # Metadata only: features are read batch by batch as training uses them (or, with
-    # train.in_memory, all at once here).
-    train_set: UtteranceSource = open_data_dir(train_dir, normalize, tokenizer=tokenizer, input_dim=dim)
-    dev_set: UtteranceSource = open_data_dir(
-        dev_dir, normalize, tokenizer=tokenizer, input_dim=dim, keep_text=True
+    train_learner(
+        ctx.cfg,
+        data_root=ctx.data_root,
+        exp_dir=ctx.exp_dir,
+        dctx=dctx,
+        resume_key=training_resume_key(ctx.cfg),
     )
-    model_cfg, token_classes = cfg.model, False
-    if cfg.objective == "ce":
-        train_set, num_classes, token_classes = _with_alignments(
-            cfg, exp_dir, train_set, "train", num_classes=cfg.model.num_classes, log_it=dctx.is_main
-        )
-        model_cfg = dataclasses.replace(cfg.model, num_classes=num_classes)
-    if cfg.train.in_memory:
-        train_set, dev_set = InMemorySource(train_set.read_all()), InMemorySource(dev_set.read_all())
-    model = build_model(model_cfg, input_dim=dim, num_tokens=tokenizer.num_tokens)
-    if cfg.train.init_from:
-        copied = init_from(model, cfg.train.init_from)
-        if dctx.is_main:
-            log.info(
-                "initialised %d of %d parameter tensors from %s",
-                len(copied),
-                len(model.state_dict()),
-                cfg.train.init_from,
-            )
-    if cfg.objective == "ce":
-        dev_set, _, _ = _with_alignments(
-            cfg, exp_dir, dev_set, "dev", num_classes=model.num_classes, log_it=dctx.is_main
-        )
-    if dctx.is_main:
-        log.info(
-            "model: %s size, %.2fM parameters; %d train / %d dev utterances (%.1f / %.1f "
-            "hours, %s); strategy %s with %d learner(s)",
-            cfg.model.size,
-            sum(p.numel() for p in model.parameters()) / 1e6,
-            len(train_set),
-            len(dev_set),
-            _hours(train_set, read_frame_shift(train_dir)),
-            _hours(dev_set, read_frame_shift(dev_dir)),
-            "in memory" if cfg.train.in_memory else f"streamed, {cfg.train.prefetch} batches read ahead",
-            cfg.strategy.name,
-            dctx.world_size,
-        )
-    objective = build_objective(cfg.objective, token_classes=token_classes)
-    meta = {
-        "model": model.args,
-        "features": dataclasses.asdict(cfg.features),
-        "cmvn": cfg.features.cmvn,
-        "tokenizer": "tokenizer",
-        "units": tokenizer.signature(),
-        "objective": cfg.objective,
-        "decode_head": objective.decodes_from,
-    }
-    hooks = build_hooks(cfg.strategy, dctx, seed=cfg.seed)
-    trainer = Trainer(
-        model,
-        train_set,
-        dev_set,
-        tokenizer=tokenizer,
-        exp_dir=exp_dir,
-        cfg=cfg.train,
-        optim=cfg.optim,
-        schedule=cfg.schedule,
-        specaug=cfg.specaug,
-        meta=meta,
-        hooks=hooks,
-        seed=cfg.seed,
-        objective=objective,
-        resume=_resume_mode(cfg.resume, restart=dctx.restart),
-        fault=FaultInjection.parse(dctx.fault_kill, rank=dctx.rank, restart=dctx.restart),
-        stop=stop,
-        threads=_thread_governor(cfg.train),
-        resume_key=settings_hash(
-            cfg, stage_settings(stage_number("train", pipeline=cfg.pipeline), pipeline=cfg.pipeline)
-        )[0],
-    )
-    try:
-        state = trainer.fit()
-        hooks.write_metrics(exp_dir)
-    except BaseException:
-        if dctx.world_size > 1 and dist.is_initialized():
-            dist.destroy_process_group()  # no barrier: the others may be gone
-        raise
-    if dctx.world_size > 1:
-        shutdown_process_group()
-    if not dctx.is_main:
-        return
-    # Replicas of the averaging strategies differ until the final consensus average, so
-    # their model is the last epoch's (the consensus); otherwise the best dev epoch's.
-    averaged = dctx.world_size > 1 and cfg.strategy.name in WEIGHT_AVERAGING
-    ckpt_dir, last = exp_dir / "checkpoints", state.epoch
-    averaging = min(cfg.train.average_last, last)  # a shorter run averages all its epochs
-    if averaging > 1:
-        first = last - averaging + 1
-        chosen = f"the average of epochs {first}-{last}"
-        bundle = average_checkpoints([ckpt_dir / f"epoch{e}.pt" for e in range(first, last + 1)])
-    else:
-        chosen = f"epoch{last}.pt" if averaged else "best.pt"
-        best = load_checkpoint(ckpt_dir / chosen)
-        bundle = {"model": best["model"], "meta": best["meta"]}
-    save_checkpoint(exp_dir / "model.pt", bundle)
-    atomic_write(
-        exp_dir / "train_summary.json",
-        json.dumps(
-            {
-                "strategy": cfg.strategy.name,
-                "learners": dctx.world_size,
-                "steps": state.step,
-                "data_wait_s": round(state.data_wait_s, 3),
-                "train_s": round(state.train_s, 3),
-                "first_step_time": state.first_step_time,
-                "history": state.history,
-                "best": state.best,
-            },
-            indent=2,
-        )
-        + "\n",
-    )
-    assert state.best is not None  # fit() validated at least once
-    metric = "wer" if "wer" in state.best else "loss"
-    log.info(
-        "%s saved as %s (best dev %s %.3f at epoch %d)",
-        chosen,
-        exp_dir / "model.pt",
-        metric,
-        state.best[metric],
-        state.best["epoch"],
-    )
-
-
-def _resume_mode(setting: str, *, restart: int) -> str:
-    """``resume``, except that a learner torchrun restarted after a failure always resumes
-    (``resume=false``, as ``--force`` sets it, means the run's first attempt starts over)."""
-    if setting == "false" and restart:
-        return "auto"
-    return setting
-
-
-def alignment_source(cfg: AsrkitConfig, exp_dir: Path, which: str) -> str:
-    """``align.train`` / ``align.dev``, or this experiment's forced-alignment dir (the GMM
-    stage's ``gmm/ali_<set>`` in the hybrid pipeline)."""
-    setting = cfg.align.train if which == "train" else cfg.align.dev
-    name = cfg.data.train_set if which == "train" else cfg.data.dev_set
-    if cfg.pipeline == "hybrid":
-        return setting or str(exp_dir / "gmm" / f"ali_{name}")
-    return setting or str(exp_dir / f"ali_{name}")
-
-
-def adopt_alignment_tokenizer(source: str, exp_dir: Path) -> None:
-    """Alignments made by the forced-alignment stage carry their tokenizer (their classes
-    are its units): use it when this experiment has none, refuse a different one."""
-    theirs, mine = Path(source) / "tokenizer", exp_dir / "tokenizer"
-    if not (theirs / "units.txt").is_file():
-        return
-    if not (mine / "units.txt").is_file():
-        shutil.copytree(theirs, mine, dirs_exist_ok=True)
-        log.info("tokenizer: %s (the alignments' classes are its units)", theirs)
-    elif (mine / "units.txt").read_bytes() != (theirs / "units.txt").read_bytes():
-        raise ConfigError(
-            f"{theirs}: the alignments' classes are this tokenizer's units, but "
-            f"{mine} differs; remove {mine} to use the alignments' tokenizer"
-        )
-
-
-def _with_alignments(
-    cfg: AsrkitConfig, exp_dir: Path, data: UtteranceSource, which: str, *, num_classes: int, log_it: bool
-) -> tuple[UtteranceSource, int, bool]:
-    """Check the set's alignments against its frame counts (no features are read) and
-    attach them; returns the utterances that have them, the number of classes and whether
-    the classes are tokenizer units."""
-    source = alignment_source(cfg, exp_dir, which)
-    check = cfg.align.check_config(num_classes=num_classes)
-    frames = dict(zip(data.ids, data.lengths.tolist(), strict=True))
-    fixed, report = check_alignments(read_alignments(source), frames, check, source=source)
-    report.raise_if_unusable()
-    if log_it:
-        log.info(
-            "%s alignments: %s",
-            which,
-            "; ".join(" ".join(line.split()) for line in report.summary().splitlines()),
-        )
-    kept = attach_alignments(
-        data,
-        fixed,
-        factor=report.subsampling_factor,
-        model_subsample=model_args(cfg.model)["subsample"],
-        source=source,
-    )
-    token_classes = (Path(source) / "tokenizer" / "units.txt").is_file()
-    return kept, report.num_classes, token_classes
-
-
-def _hours(data: UtteranceSource, shift_s: float) -> float:
-    return float(data.lengths.sum()) * shift_s / 3600.0

@@ -1,0 +1,147 @@
+"""What several stages share: the sets they decode and tune on, the LM-weight sweep and its
+reports, the experiment's model, the recipe's preparation script, and the key under which
+training saves its resume states. Stage modules import from here (and from library
+layers below), never from one another.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+
+from asrkit.config import AsrkitConfig, settings_hash
+from asrkit.data.io import atomic_write
+from asrkit.decoding.recognizer import Recognizer, check_exp_dir
+from asrkit.device import pick_device
+from asrkit.errors import ConfigError, DataError
+from asrkit.scoring import score_texts
+from asrkit.stages.registry import StageContext, stage_number, stage_settings
+
+log = logging.getLogger(__name__)
+
+
+def load_prep_module(script: str) -> ModuleType:
+    """Import the recipe's corpus preparation script (``data.prep_script``)."""
+    path = Path(script)
+    if not path.is_file():
+        raise ConfigError(
+            f"data.prep_script={script}: file not found; point it at the recipe's data preparation script"
+        )
+    spec = importlib.util.spec_from_file_location(f"asrkit_prep_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in ("corpus_present", "prepare"):
+        if not hasattr(module, name):
+            raise ConfigError(
+                f"{path}: defines no {name}(); a prep script needs "
+                "corpus_present(corpus_dir) and prepare(corpus_dir, data_root, "
+                "*, num_dev, train_set, dev_set, test_sets)"
+            )
+    return module
+
+
+def resolve_sets(ctx: StageContext, entries: list[str]) -> list[tuple[str, Path]]:
+    """``(name, data dir)`` pairs for entries that are set names or data dir paths."""
+    out = []
+    for entry in entries:
+        path = Path(entry)
+        if "/" in entry or path.is_absolute():
+            out.append((path.resolve().name, path))
+        else:
+            out.append((entry, ctx.data_root / entry))
+    return out
+
+
+def prepared_set(ctx: StageContext, name: str, path: Path) -> Path:
+    """The data dir to decode for a ``decode.sets`` entry: a dir given by path goes through
+    the recipe's ``prepare_set(source, target)`` when its prep script has one (a corpus
+    whose dirs need fixing, e.g. speechocean762's TAB-separated files and relative audio
+    paths), into ``data_root/<name>``; otherwise it is decoded as it is."""
+    if path == ctx.data_root / name or not ctx.cfg.data.prep_script:
+        return path
+    prep = load_prep_module(ctx.cfg.data.prep_script)
+    if not hasattr(prep, "prepare_set"):
+        return path
+    if not path.is_dir():
+        raise DataError(
+            f"decode.sets: {path} is not a directory; give a data dir laid out like "
+            f"the {ctx.cfg.data.corpus} release's"
+        )
+    target = ctx.data_root / name
+    prep.prepare_set(path, target)
+    log.info("%s: prepared from %s by %s", target, path, ctx.cfg.data.prep_script)
+    return target
+
+
+def stage_recognizer(ctx: StageContext, model: str) -> Recognizer:
+    """The experiment's ``model`` bundle as a :class:`Recognizer` on the configured device."""
+    check_exp_dir(ctx.exp_dir, model)
+    return Recognizer(
+        ctx.exp_dir,
+        model=model,
+        device=pick_device(ctx.cfg.train.device),
+        max_frames=ctx.cfg.decode.max_frames,
+    )
+
+
+def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
+    """The sets to decode: ``decode.sets``, or the recipe's dev and test sets."""
+    return resolve_sets(ctx, ctx.cfg.decode.sets or [ctx.cfg.data.dev_set, *ctx.cfg.data.test_sets])
+
+
+def tune_target(ctx: StageContext) -> tuple[str, Path]:
+    """``(name, data dir)`` of the set decoding weights are chosen on (``decode.tune_set``,
+    default the dev set); it must have transcripts."""
+    ((name, data_dir),) = resolve_sets(ctx, [ctx.cfg.decode.tune_set or ctx.cfg.data.dev_set])
+    if not (data_dir / "text").is_file():
+        raise DataError(f"{data_dir}/text: not found; decode.tune_set needs transcripts")
+    return name, data_dir
+
+
+def sweep(
+    ref: dict[str, list[str]],
+    grid: Sequence[tuple[float, float]],
+    hyps: Callable[[float, float], Mapping[str, str]],
+    *,
+    out_dir: Path,
+    name: str,
+) -> tuple[float, float]:
+    """Score ``hyps(lm_weight, word_score)`` against ``ref`` at every grid point, writing
+    one ``wer_<lm weight>_<word score>`` file each and Kaldi's ``best_wer`` in
+    ``out_dir``; return the pair with the fewest errors (ties: the lower weights)."""
+    results = []
+    for lm_weight, word_score in grid:
+        hyp = {utt: text.split() for utt, text in hyps(lm_weight, word_score).items()}
+        words = score_texts(ref, hyp).words
+        atomic_write(out_dir / f"wer_{lm_weight:g}_{word_score:g}", words.kaldi_line() + "\n")
+        results.append((words.errors, lm_weight, word_score, words.kaldi_line()))
+    best = min(results)
+    atomic_write(out_dir / "best_wer", f"{best[3]} {out_dir / f'wer_{best[1]:g}_{best[2]:g}'}\n")
+    log.info(
+        "%s: best of %d settings: %g / %g (lm weight / word score or penalty), %s",
+        name,
+        len(grid),
+        best[1],
+        best[2],
+        best[3],
+    )
+    return best[1], best[2]
+
+
+def report(name: str, method: str, line: str | None, out_dir: Path) -> None:
+    if line is None:
+        log.info("%s (%s): hypotheses in %s (no text to score against)", name, method, out_dir / "hyp")
+    else:
+        log.info("%s (%s): %s (%s)", name, method, line, out_dir / "scoring" / "wer")
+        print(f"{name}: {line}" if method == "greedy" else f"{name} ({method}): {line}", flush=True)
+
+
+def training_resume_key(cfg: AsrkitConfig) -> str:
+    """The hash of the settings that shape training (the train stage's, through its
+    needs): resume states saved under another key are not resumed from."""
+    number = stage_number("train", pipeline=cfg.pipeline)
+    return settings_hash(cfg, stage_settings(number, pipeline=cfg.pipeline))[0]
