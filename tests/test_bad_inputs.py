@@ -19,7 +19,9 @@ Bad data dirs are also checked function by function in ``test_datadir.py``, bad
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from asrkit.cli.main import main
 from asrkit.data.datadir import read_kaldi_map, write_kaldi_map
 from asrkit.data.kaldi_ark import write_ark
 from asrkit.data.kaldi_table import read_matrices
+from asrkit.stages.lock import LOCK_NAME, _start_time
 from tests.helpers import make_data_dir, run_cli, tone
 
 SETS = ("train", "train_dev", "test")
@@ -694,6 +697,16 @@ def _(w: Work):
     w.trained()
     _other_units(w)
     return w.stage(5), [str(w.exp / "model.pt"), "trained on", "experiment that trained it"]
+
+
+@case("experiment-dir-locked-by-a-live-run")
+def _(w: Work):
+    """Another run (here PID 1, alive on this host) holds the experiment dir."""
+    w.trained(model=False)
+    lock = w.exp / LOCK_NAME
+    holder = {"host": socket.gethostname(), "pid": 1, "started": _start_time(1), "since": 1_790_000_000}
+    lock.write_text(json.dumps(holder) + "\n")
+    return w.stage(4), [str(w.exp), "in use by another run", "pid 1", "give this run another name"]
 
 
 @case("decode-model-corrupt")
