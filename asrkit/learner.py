@@ -21,15 +21,8 @@ import torch
 import torch.distributed as dist
 
 from asrkit.config import AsrkitConfig
-from asrkit.data.batch import CmvnNormalizer
 from asrkit.data.datadir import read_frame_shift
 from asrkit.data.io import atomic_write, atomic_writer
-from asrkit.data.stream import (
-    InMemorySource,
-    UtteranceSource,
-    attach_alignments,
-    open_data_dir,
-)
 from asrkit.device import pick_device
 from asrkit.distributed.config import WEIGHT_AVERAGING
 from asrkit.distributed.launch import (
@@ -41,6 +34,13 @@ from asrkit.distributed.launch import (
 from asrkit.distributed.strategies import build_hooks
 from asrkit.errors import ConfigError, TrainingStopped
 from asrkit.features.cmvn import read_cmvn
+from asrkit.loader.batch import CmvnNormalizer
+from asrkit.loader.stream import (
+    InMemorySource,
+    UtteranceSource,
+    attach_alignments,
+    open_data_dir,
+)
 from asrkit.models.checkpoint import (
     average_checkpoints,
     init_from,

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from asrkit.data.batch import Utterance
-from asrkit.data.stream import BucketBatches
 from asrkit.distributed.config import STRATEGIES, StrategyConfig, strategy_config
 from asrkit.distributed.launch import context_from_env, init_process_group, shutdown_process_group
 from asrkit.distributed.strategies import build_hooks
+from asrkit.loader.batch import Utterance
+from asrkit.loader.stream import BucketBatches
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import Tokenizer
 from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from asrkit.data.batch import Utterance, chunk_batch, collate
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.data.kaldi_ark import kaldi_io
-from asrkit.data.stream import attach_alignments
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError, DataError
+from asrkit.loader.batch import Utterance, chunk_batch, collate
+from asrkit.loader.stream import attach_alignments
 from asrkit.models import ModelConfig, build_model
 from asrkit.models.checkpoint import init_from, save_checkpoint
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer

@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from asrkit.data import read_matrices, read_matrix, read_vector, read_vectors
-from asrkit.data.batch import CmvnNormalizer
 from asrkit.data.kaldi_ark import kaldi_io
-from asrkit.data.stream import load_utterances
 from asrkit.errors import DataError
 from asrkit.features.cmvn import cmvn_stats, read_cmvn
+from asrkit.loader.batch import CmvnNormalizer
+from asrkit.loader.stream import load_utterances
 from tests import kaldi_fixtures as fx
 from tests.helpers import make_data_dir
 

@@ -45,3 +45,51 @@ def test_no_stage_module_imports_another() -> None:
 
 def test_the_learner_library_sits_below_the_stages() -> None:
     assert not any(m.startswith("asrkit.stages") for m in imports_of(PACKAGE / "learner.py"))
+
+
+def test_data_is_the_ground_floor() -> None:
+    """asrkit.data (Kaldi files, data dirs, audio) imports nothing of asrkit's but itself and
+    the errors; features, targets and the loader build on it."""
+    above = {
+        str(path.relative_to(PACKAGE)): sorted(
+            m for m in imports_of(path) if not m.startswith(("asrkit.data", "asrkit.errors"))
+        )
+        for path in (PACKAGE / "data").glob("*.py")
+    }
+    assert {name: found for name, found in above.items() if found} == {}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """asrkit module -> the asrkit modules it imports (a package's ``__init__`` counts as the
+    package; importing a package from inside it does not count)."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps = set()
+        for imported in imports_of(path):
+            while imported and imported not in modules:  # `from pkg.mod import name`
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name and not name.startswith(imported + "."):
+                deps.add(imported)
+        graph[name] = deps
+    return graph
+
+
+def test_no_import_circle() -> None:
+    graph = _module_graph()
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            current = todo.pop()
+            if current == goal:
+                return True
+            if current not in seen:
+                seen.add(current)
+                todo.extend(graph.get(current, ()))
+        return False
+
+    assert sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)}) == []

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from asrkit.distributed.base import flatten
 from asrkit.distributed.config import StrategyConfig, strategy_config
 from asrkit.distributed.fake import FakeCommunicator, FakeWorld, FakeWorldError
+from asrkit.distributed.flat import flatten
 from asrkit.distributed.strategies import build_strategy
 from asrkit.training.trainer import TrainState
 

@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from asrkit.data.batch import Batch, CmvnNormalizer, Utterance
 from asrkit.data.datadir import DataDir, read_data_dir, read_kaldi_map, write_data_dir
 from asrkit.data.listed import list_corpus
-from asrkit.data.prefetch import Prefetcher, can_fork
-from asrkit.data.stream import (
+from asrkit.errors import DataError
+from asrkit.features.cmvn import cmvn_stats
+from asrkit.loader.batch import Batch, CmvnNormalizer, Utterance
+from asrkit.loader.prefetch import Prefetcher, can_fork
+from asrkit.loader.stream import (
     BucketBatches,
     InMemorySource,
     StreamingSource,
@@ -26,8 +28,6 @@ from asrkit.data.stream import (
     load_utterances,
     open_data_dir,
 )
-from asrkit.errors import DataError
-from asrkit.features.cmvn import cmvn_stats
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
 from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer
@@ -136,7 +136,7 @@ def test_a_batch_of_float_matrices_is_read_in_one_pass_and_equals_the_general_pa
     def no_general_path(self, i, *, out=None):  # noqa: ANN001, ANN202
         raise AssertionError(f"utterance {i} took the per-utterance path")
 
-    monkeypatch.setattr("asrkit.data.stream._ArkReader._checked", no_general_path)
+    monkeypatch.setattr("asrkit.loader.stream._ArkReader._checked", no_general_path)
     reader = stream.reader()
     _same(reader.read_batch(plain), expected)
     # A compressed matrix in the batch sends it through the per-utterance path.

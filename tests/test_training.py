@@ -10,10 +10,10 @@ import torch
 
 import asrkit
 from asrkit.config import DEFAULT_CONFIG_DIR, compose, to_object
-from asrkit.data.batch import Utterance, collate, make_buckets
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import DataError
+from asrkit.loader.batch import Utterance, collate, make_buckets
 from asrkit.models import MODEL_SIZES, ModelConfig, build_model
 from asrkit.models.checkpoint import build_from_meta, load_model_bundle, save_checkpoint
 from asrkit.models.lstm import LSTMAcousticModel

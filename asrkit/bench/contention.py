@@ -29,7 +29,7 @@ import json, sys, time
 import torch
 from pathlib import Path
 from asrkit.data import read_data_dir
-from asrkit.data.batch import collate, make_buckets
+from asrkit.loader.batch import collate, make_buckets
 from asrkit.features.cmvn import read_cmvn
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import TokenizerConfig, train_tokenizer

@@ -31,13 +31,13 @@ import time
 from pathlib import Path
 
 from asrkit.config import compose, to_object
-from asrkit.data.batch import CmvnNormalizer
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.data.kaldi_table import read_matrices
 from asrkit.data.listed import list_corpus
-from asrkit.data.stream import BucketBatches, open_data_dir
 from asrkit.errors import DataError
 from asrkit.features.cmvn import read_cmvn
+from asrkit.loader.batch import CmvnNormalizer
+from asrkit.loader.stream import BucketBatches, open_data_dir
 from asrkit.targets.tokenizer import TokenizerConfig, train_tokenizer
 from asrkit.training.allocator import retain_freed_memory
 from asrkit.training.trainer import loader_settings

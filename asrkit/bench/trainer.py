@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from asrkit.data import read_data_dir
-from asrkit.data.batch import make_buckets
 from asrkit.features.cmvn import read_cmvn
+from asrkit.loader.batch import make_buckets
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import TokenizerConfig, train_tokenizer
 from asrkit.training import (

@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 from asrkit.data.audio import load_audio_file
-from asrkit.data.batch import Utterance
 from asrkit.data.io import atomic_write
 from asrkit.decoding.combine import CombinationSettings, CombinedRecognizer
 from asrkit.decoding.config import METHODS
@@ -18,6 +17,7 @@ from asrkit.decoding.hybrid import HYBRID_SETTINGS, HybridRecognizer, HybridSett
 from asrkit.decoding.recognizer import DecodeSettings, Recognizer, check_exp_dir
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError
+from asrkit.loader.batch import Utterance
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

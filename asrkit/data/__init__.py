@@ -16,12 +16,9 @@ Public API:
       what ``make_fbank.sh`` writes by default); :func:`read_vector`, :func:`read_vectors`
       for float vectors. Writing goes through :func:`asrkit.data.kaldi_ark.write_ark`.
 
-Shared by training and decoding (import the modules; they need torch):
-    - :mod:`asrkit.data.batch` — :class:`~asrkit.data.batch.Utterance`,
-      :class:`~asrkit.data.batch.Batch`, CMVN, length bucketing.
-    - :mod:`asrkit.data.stream` — a data dir streamed from its feature archives,
-      :class:`~asrkit.data.stream.BucketBatches`.
-    - :mod:`asrkit.data.prefetch` — read-ahead in worker processes or threads.
+The ground floor: this package imports no other asrkit package but :mod:`asrkit.errors`.
+What turns data dirs into model batches (CMVN, tokens, planning, read-ahead) is one floor
+up, in :mod:`asrkit.loader`.
 """
 
 from __future__ import annotations

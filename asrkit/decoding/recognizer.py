@@ -17,16 +17,16 @@ import numpy as np
 import torch
 
 from asrkit.data.audio import iter_utterance_audio
-from asrkit.data.batch import CmvnNormalizer, Utterance, collate, make_buckets
 from asrkit.data.datadir import write_kaldi_map
 from asrkit.data.io import load_record, save_record
-from asrkit.data.stream import load_utterances
 from asrkit.decoding.beam import BOUNDARY, BeamSearch
 from asrkit.decoding.config import METHODS
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError, DataError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.features.extractors import FeatureConfig, extract
+from asrkit.loader.batch import CmvnNormalizer, Utterance, collate, make_buckets
+from asrkit.loader.stream import load_utterances
 from asrkit.models.checkpoint import load_model_bundle
 from asrkit.scoring import score_files
 from asrkit.targets.forced_align import ctc_forced_align

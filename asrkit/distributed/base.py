@@ -18,18 +18,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from asrkit.data.batch import Batch
 from asrkit.data.io import atomic_write
-from asrkit.data.stream import BucketBatches, UtteranceSource
 from asrkit.distributed.comm import Communicator, Pending
 from asrkit.distributed.config import AveragingConfig, StragglerConfig, StrategyConfig
+from asrkit.distributed.flat import flatten
 from asrkit.errors import DataError
+from asrkit.loader.batch import Batch
+from asrkit.loader.stream import BucketBatches, UtteranceSource
 from asrkit.training.config import TrainConfig
 from asrkit.training.resume import Tag, common_tag
 from asrkit.training.trainer import TrainHooks, TrainState, loader_settings
 
 if TYPE_CHECKING:
-    from asrkit.distributed.adpsgd import PairwiseAverager
+    from asrkit.distributed.averager import PairwiseAverager
 
 
 class Straggler:
@@ -333,21 +334,6 @@ def check_enough(source: UtteranceSource, parts: int) -> None:
             f"{len(source)} training utterances cannot be shared among {parts} learners "
             "or groups; use fewer learners or more data"
         )
-
-
-def flatten(params: list[nn.Parameter]) -> torch.Tensor:
-    """All parameters as one CPU vector (a copy)."""
-    return torch.cat([p.detach().reshape(-1) for p in params]).cpu()
-
-
-@torch.no_grad()
-def add_flat_(params: list[nn.Parameter], delta: torch.Tensor, *, scale: float = 1.0) -> None:
-    """``params += scale * delta`` for a flat ``delta`` laid out as :func:`flatten`."""
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.add_(delta[offset : offset + n].view_as(p).to(p.device), alpha=scale)
-        offset += n
 
 
 @torch.no_grad()

@@ -32,9 +32,10 @@ from collections import deque
 import torch
 from torch import nn
 
-from asrkit.distributed.base import StrategyHooks, add_flat_, flatten
+from asrkit.distributed.base import StrategyHooks
 from asrkit.distributed.comm import Communicator, Pending
 from asrkit.distributed.config import DelayByOneConfig
+from asrkit.distributed.flat import add_flat_, flatten
 from asrkit.distributed.topology import partner_of
 from asrkit.training.trainer import TrainState
 

@@ -18,11 +18,12 @@ import time
 import torch
 from torch import nn
 
-from asrkit.data.stream import BucketBatches, UtteranceSource
-from asrkit.distributed.adpsgd import PairwiseAverager
-from asrkit.distributed.base import ProgressBatches, StrategyHooks, add_flat_
+from asrkit.distributed.averager import PairwiseAverager
+from asrkit.distributed.base import ProgressBatches, StrategyHooks
 from asrkit.distributed.comm import Communicator
 from asrkit.distributed.config import HybridConfig
+from asrkit.distributed.flat import add_flat_
+from asrkit.loader.stream import BucketBatches, UtteranceSource
 from asrkit.training.config import TrainConfig
 from asrkit.training.trainer import TrainState
 

@@ -1,7 +1,7 @@
 """Training: the trainer loop and its hooks, schedules, objectives, resume states.
 
-The data a learner trains on (:mod:`asrkit.data.batch`, :mod:`asrkit.data.stream`,
-:mod:`asrkit.data.prefetch`) and model files (:mod:`asrkit.models.checkpoint`) live with
+The data a learner trains on (:mod:`asrkit.loader.batch`, :mod:`asrkit.loader.stream`,
+:mod:`asrkit.loader.prefetch`) and model files (:mod:`asrkit.models.checkpoint`) live with
 the data and the models, shared with decoding; they are re-exported here.
 
 Public API:
@@ -11,15 +11,15 @@ Public API:
       :func:`load_utterances` (read into memory), :class:`CmvnNormalizer`,
       :class:`BucketBatches`, :func:`collate` — normalised features and token targets,
       length-bucketed batches capped by frames, read ahead by background worker
-      processes or threads (:mod:`asrkit.data.prefetch`).
+      processes or threads (:mod:`asrkit.loader.prefetch`).
     - :class:`Trainer`, :class:`TrainHooks`, :class:`TrainState` — the loop and
       the named hooks distributed strategies implement.
     - :class:`LRSchedule` — warm-up + cosine/exponential annealing by step.
     - :func:`save_checkpoint`, :func:`load_checkpoint`, :func:`load_model_bundle`.
 """
 
-from asrkit.data.batch import CmvnNormalizer, collate
-from asrkit.data.stream import BucketBatches, load_utterances, open_data_dir
+from asrkit.loader.batch import CmvnNormalizer, collate
+from asrkit.loader.stream import BucketBatches, load_utterances, open_data_dir
 from asrkit.models.checkpoint import load_checkpoint, load_model_bundle, save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 from asrkit.training.schedule import LRSchedule

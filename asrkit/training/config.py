@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from asrkit.errors import ConfigError, raise_all
 
-#: What reads batches ahead (``train.loader``; :mod:`asrkit.data.prefetch`).
+#: What reads batches ahead (``train.loader``; :mod:`asrkit.loader.prefetch`).
 LOADERS = ("process", "thread")
 
 
@@ -151,7 +151,7 @@ class TrainConfig:
         chunk_frames: frame-target (CE) training only: cut each batch's utterances into
             chunks of this many input frames (0 = whole utterances), each seeing
             ``chunk_context`` more frames of its utterance on either side that are not
-            scored (Kaldi's BLSTM chunks; :func:`asrkit.data.batch.chunk_batch`). Multiples
+            scored (Kaldi's BLSTM chunks; :func:`asrkit.loader.batch.chunk_batch`). Multiples
             of the model's subsampling factor. Validation and decoding use whole utterances.
         chunk_context: see ``chunk_frames``.
     """

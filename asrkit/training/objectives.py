@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from asrkit.data.batch import Batch
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError
+from asrkit.loader.batch import Batch
 from asrkit.scoring import score_texts
 from asrkit.targets.tokenizer import Tokenizer
 

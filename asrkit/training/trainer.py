@@ -20,11 +20,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from asrkit.data.batch import Batch, Utterance, chunk_batch
-from asrkit.data.prefetch import timed
-from asrkit.data.stream import BucketBatches, UtteranceSource, as_source
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError
+from asrkit.loader.batch import Batch, Utterance, chunk_batch
+from asrkit.loader.prefetch import timed
+from asrkit.loader.stream import BucketBatches, UtteranceSource, as_source
 from asrkit.models.checkpoint import save_checkpoint
 from asrkit.models.lstm import LSTMAcousticModel
 from asrkit.targets.tokenizer import Tokenizer

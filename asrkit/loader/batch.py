@@ -3,7 +3,7 @@
 Batches group utterances of similar length and are capped by padded frames, so a
 batch of short utterances holds more of them than a batch of long ones. Where the
 utterances come from (read on demand from the feature archives, or held in memory)
-is :mod:`asrkit.data.stream`.
+is :mod:`asrkit.loader.stream`.
 """
 
 from __future__ import annotations

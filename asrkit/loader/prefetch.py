@@ -39,8 +39,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 import torch
 
-from asrkit.data.batch import Batch
 from asrkit.errors import UserError
+from asrkit.loader.batch import Batch
 
 _T = TypeVar("_T")
 
@@ -193,7 +193,7 @@ class Prefetcher(Generic[_T]):
 
 
 class Planner(Protocol):
-    """What a :class:`ReaderPool` reads from (:class:`~asrkit.data.stream.BucketBatches`)."""
+    """What a :class:`ReaderPool` reads from (:class:`~asrkit.loader.stream.BucketBatches`)."""
 
     source: Any
     pin_memory: bool

@@ -11,7 +11,7 @@ A set of utterances is an :class:`UtteranceSource`: the frame count of each utte
 - :class:`InMemorySource` holds utterances already read (a small set, a test).
 
 :class:`BucketBatches` plans the batches of each epoch and reads them ahead of the
-training step through :mod:`asrkit.data.prefetch` (worker processes filling shared memory,
+training step through :mod:`asrkit.loader.prefetch` (worker processes filling shared memory,
 or threads), each worker through its own reader (one open handle per archive).
 """
 
@@ -32,12 +32,12 @@ from typing import IO
 import numpy as np
 import torch
 
-from asrkit.data.batch import Batch, CmvnNormalizer, Utterance, batch_around, plan_buckets
 from asrkit.data.datadir import iter_kaldi_map, read_kaldi_map
 from asrkit.data.kaldi_table import TableReader, read_float_matrix_at, read_matrix, read_matrix_at
-from asrkit.data.prefetch import Prefetcher, ReaderPool, can_fork
 from asrkit.errors import ConfigError, DataError
 from asrkit.features.cmvn import read_cmvn
+from asrkit.loader.batch import Batch, CmvnNormalizer, Utterance, batch_around, plan_buckets
+from asrkit.loader.prefetch import Prefetcher, ReaderPool, can_fork
 from asrkit.targets.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -674,12 +674,12 @@ class BucketBatches:
     number of batches in the same order.
 
     Reading ahead in worker processes (``loader="process"``) starts a
-    :class:`~asrkit.data.prefetch.ReaderPool` on first use (or :meth:`start`) that
+    :class:`~asrkit.loader.prefetch.ReaderPool` on first use (or :meth:`start`) that
     lives until :meth:`close`; use the object as a context manager.
 
     Args:
         source: the set (a list of utterances is taken as an in-memory set).
-        max_frames, max_batch: see :func:`~asrkit.data.batch.make_buckets` (global,
+        max_frames, max_batch: see :func:`~asrkit.loader.batch.make_buckets` (global,
             across learners).
         shuffle: reshuffle the batch order every epoch.
         seed: base seed; epoch ``e`` uses ``seed + e``.
@@ -690,7 +690,7 @@ class BucketBatches:
         prefetch: batches read ahead by background workers (0: read when asked for).
         workers: reading workers.
         loader: ``process`` (forked worker processes, where ``fork`` is available) or
-            ``thread`` (see :mod:`asrkit.data.prefetch`).
+            ``thread`` (see :mod:`asrkit.loader.prefetch`).
     """
 
     def __init__(
