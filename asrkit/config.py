@@ -24,6 +24,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from asrkit.choices import OBJECTIVES, PIPELINES, RESUME_MODES, resume_mode, unknown
 from asrkit.data.perturb import check_factors
 from asrkit.data.text import NORMALIZE
 from asrkit.decoding.config import DecodeConfig, EnsembleConfig
@@ -36,8 +37,6 @@ from asrkit.models.lstm import ModelConfig, model_args
 from asrkit.targets.align_config import AlignConfig
 from asrkit.targets.tokenizer import TokenizerConfig
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
-from asrkit.training.objectives import OBJECTIVES
-from asrkit.training.resume import check_resume_mode
 
 #: What ``${project_root:}`` in a config means: the checkout holding ``recipes/`` (the
 #: corpora's preparation scripts, and ``../shared`` beside it). An installed asrkit has no
@@ -225,38 +224,38 @@ def validate(typed: AsrkitConfig) -> None:
         try:
             check()
         except ConfigError as err:
-            problems.append(str(err))
+            problems.extend(getattr(err, "problems", [str(err)]))
     raise_all(problems)
 
 
 def _check_across(typed: AsrkitConfig) -> None:
-    """Settings that are only wrong together (and the top-level ones)."""
+    """Settings that are only wrong together (and the top-level ones), every problem at once."""
+    problems = []
     held_out = {typed.data.dev_set, *typed.data.test_sets}
     leaked = sorted(held_out & {Path(e).name for e in typed.lm.sets})
     if leaked:
-        raise ConfigError(
+        problems.append(
             f"lm.sets={typed.lm.sets} includes {leaked}: the LM must not see dev or "
             "test transcripts; train it on the training set (the default)"
         )
     if typed.decode.tune_set in typed.data.test_sets:
-        raise ConfigError(
+        problems.append(
             f"decode.tune_set={typed.decode.tune_set!r} is a test set; tune on the "
             f"dev set ({typed.data.dev_set})"
         )
-    check_resume_mode(typed.resume)
-    if typed.pipeline not in ("ctc", "hybrid"):
-        raise ConfigError(f"pipeline={typed.pipeline!r} is unknown; choose ctc or hybrid")
+    problems += unknown("resume", resume_mode(typed.resume), RESUME_MODES)
+    problems += unknown("pipeline", typed.pipeline, PIPELINES)
+    problems += unknown("objective", typed.objective, OBJECTIVES)
     if typed.pipeline == "hybrid" and typed.objective != "ce":
-        raise ConfigError(
+        problems.append(
             "pipeline=hybrid trains on the GMM's tied states with frame cross-entropy; set objective=ce"
         )
-    if typed.objective not in OBJECTIVES:
-        raise ConfigError(f"objective={typed.objective!r} is unknown; choose one of {sorted(OBJECTIVES)}")
     if typed.train.chunk_frames and typed.objective != "ce":
-        raise ConfigError(
+        problems.append(
             f"train.chunk_frames={typed.train.chunk_frames} with objective={typed.objective}: chunks need "
             "frame targets (objective=ce); CTC trains on whole utterances (set train.chunk_frames=0)"
         )
+    raise_all(problems)
 
 
 def load_saved(path: str | Path) -> AsrkitConfig:

@@ -35,12 +35,8 @@ from asrkit.distributed.strategies import build_hooks
 from asrkit.errors import ConfigError, TrainingStopped
 from asrkit.features.cmvn import read_cmvn
 from asrkit.loader.batch import CmvnNormalizer
-from asrkit.loader.stream import (
-    InMemorySource,
-    UtteranceSource,
-    attach_alignments,
-    open_data_dir,
-)
+from asrkit.loader.opening import open_data_dir
+from asrkit.loader.sources import InMemorySource, UtteranceSource, attach_alignments
 from asrkit.models.checkpoint import (
     average_checkpoints,
     init_from,

@@ -17,7 +17,7 @@ from asrkit.distributed.config import STRATEGIES, StrategyConfig, strategy_confi
 from asrkit.distributed.launch import context_from_env, init_process_group, shutdown_process_group
 from asrkit.distributed.strategies import build_hooks
 from asrkit.loader.batch import Utterance
-from asrkit.loader.stream import BucketBatches
+from asrkit.loader.planning import BucketBatches
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import Tokenizer
 from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer

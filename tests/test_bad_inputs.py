@@ -565,7 +565,7 @@ def _(w: Work):
 
 @case("config-unknown-cmvn-mode")
 def _(w: Work):
-    return w.config("features.cmvn=utterance"), ["features.cmvn='utterance'", "choose global"]
+    return w.config("features.cmvn=utterance"), ["features.cmvn='utterance'", "choose one of global"]
 
 
 @case("config-negative-epochs")
@@ -588,7 +588,10 @@ def _(w: Work):
 
 @case("config-unknown-pipeline")
 def _(w: Work):
-    return w.config("pipeline=nonsense", own_process=True), ["pipeline='nonsense'", "choose ctc or hybrid"]
+    return w.config("pipeline=nonsense", own_process=True), [
+        "pipeline='nonsense'",
+        "choose one of ctc, hybrid",
+    ]
 
 
 @case("config-hybrid-with-ctc-objective")

@@ -25,7 +25,7 @@ from asrkit.data.kaldi_ark import kaldi_io
 from asrkit.errors import DataError
 from asrkit.features.cmvn import cmvn_stats, read_cmvn
 from asrkit.loader.batch import CmvnNormalizer
-from asrkit.loader.stream import load_utterances
+from asrkit.loader.opening import load_utterances
 from tests import kaldi_fixtures as fx
 from tests.helpers import make_data_dir
 

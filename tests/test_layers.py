@@ -93,3 +93,24 @@ def test_no_import_circle() -> None:
         return False
 
     assert sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)}) == []
+
+
+def test_the_loader_sits_above_features_and_targets_and_below_the_rest() -> None:
+    """asrkit.loader reads through data, features and targets; nothing there reads through
+    the loader, and the loader knows nothing of models, training or decoding."""
+    below = ("asrkit.data", "asrkit.errors", "asrkit.features", "asrkit.targets", "asrkit.loader")
+    reaching_up = {
+        str(path.relative_to(PACKAGE)): sorted(m for m in imports_of(path) if not m.startswith(below))
+        for path in (PACKAGE / "loader").glob("*.py")
+    }
+    assert {name: found for name, found in reaching_up.items() if found} == {}
+    reaching_down = {
+        str(path.relative_to(PACKAGE)): sorted(m for m in imports_of(path) if m.startswith("asrkit.loader"))
+        for layer in ("data", "features", "targets")
+        for path in (PACKAGE / layer).glob("*.py")
+    }
+    assert {name: found for name, found in reaching_down.items() if found} == {}
+
+
+def test_the_choices_are_declared_on_the_ground_floor() -> None:
+    assert imports_of(PACKAGE / "choices.py") == set()

@@ -259,8 +259,8 @@ def test_decoding_without_features_cuts_the_recordings(dirs) -> None:
     segmented, plain, samples = dirs
     fake = SimpleNamespace(features=FEATS, normalize=lambda feats: feats)
     fake.audio_features = functools.partial(Recognizer.audio_features, fake)
-    ours = {u.utt: u.feats for u in Recognizer.data_dir_utterances(fake, segmented)}
-    theirs = {u.utt: u.feats for u in Recognizer.data_dir_utterances(fake, plain)}
+    ours = {u.utt: u.feats for u in Recognizer.open_set(fake, segmented).read_all()}
+    theirs = {u.utt: u.feats for u in Recognizer.open_set(fake, plain).read_all()}
     assert sorted(ours) == sorted(theirs) == sorted(samples)
     for utt, feats in theirs.items():
         np.testing.assert_array_equal(ours[utt], feats, err_msg=utt)

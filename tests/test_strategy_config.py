@@ -7,6 +7,7 @@ import pytest
 from asrkit.config import compose, to_object
 from asrkit.distributed.base import Straggler, steady_rate
 from asrkit.distributed.config import (
+    STRATEGIES,
     DelayByOneConfig,
     StragglerConfig,
     StrategyConfig,
@@ -25,7 +26,7 @@ from asrkit.errors import ConfigError
         ({"name": "adpsgd", "learners": 3}, "even number of learners"),
         ({"name": "delay_by_one", "learners": 2, "staleness": 2}, "strategy.staleness=2"),
         ({"name": "hybrid", "learners": 6, "group_size": 2}, "1 or an even number of groups"),
-        ({"name": "hybrid", "learners": 4, "group_size": 3}, "must divide"),
+        ({"name": "hybrid", "learners": 4, "group_size": 3}, "group_size=3 does not divide n=4"),
         ({"name": "sync", "learners": 2, "timeout_s": 0}, "timeout_s=0"),
         ({"name": "adpsgd", "learners": 2, "pattern": "star"}, "strategy.pattern='star'"),
     ],
@@ -154,3 +155,14 @@ def test_only_communication_failures_are_reported_as_such() -> None:
     # A bug in this learner keeps its traceback instead of blaming the others.
     assert not is_communication_error(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
     assert not is_communication_error(RuntimeError("the batch-reading worker process 7 ended"))
+
+
+def test_the_registry_names_classes_each_strategy_has_hooks() -> None:
+    from asrkit.distributed.base import StrategyHooks
+    from asrkit.distributed.strategies import HOOKS
+
+    multi = {name: info.config for name, info in STRATEGIES.items() if name != "single"}
+    assert set(HOOKS) == set(multi.values())
+    for name, config in multi.items():
+        assert issubclass(HOOKS[config], StrategyHooks), name
+        assert strategy_config(name).name == name

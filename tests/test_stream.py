@@ -14,22 +14,18 @@ import numpy as np
 import pytest
 import torch
 
-from asrkit.data.datadir import DataDir, read_data_dir, read_kaldi_map, write_data_dir
+from asrkit.data.datadir import DataDir, read_data_dir, read_kaldi_map, read_utt2num_frames, write_data_dir
 from asrkit.data.listed import list_corpus
 from asrkit.errors import DataError
 from asrkit.features.cmvn import cmvn_stats
+from asrkit.loader.archive import StreamingSource
 from asrkit.loader.batch import Batch, CmvnNormalizer, Utterance
+from asrkit.loader.opening import load_utterances, open_data_dir
+from asrkit.loader.planning import BucketBatches
 from asrkit.loader.prefetch import Prefetcher, can_fork
-from asrkit.loader.stream import (
-    BucketBatches,
-    InMemorySource,
-    StreamingSource,
-    UtteranceReader,
-    load_utterances,
-    open_data_dir,
-)
+from asrkit.loader.sources import InMemorySource, UtteranceReader
 from asrkit.models import ModelConfig, build_model
-from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
+from asrkit.targets import Tokenizer, TokenizerConfig, read_frame_counts, train_tokenizer
 from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer
 from tests import kaldi_fixtures as fx
 
@@ -136,7 +132,7 @@ def test_a_batch_of_float_matrices_is_read_in_one_pass_and_equals_the_general_pa
     def no_general_path(self, i, *, out=None):  # noqa: ANN001, ANN202
         raise AssertionError(f"utterance {i} took the per-utterance path")
 
-    monkeypatch.setattr("asrkit.loader.stream._ArkReader._checked", no_general_path)
+    monkeypatch.setattr("asrkit.loader.archive.ArchiveReader._checked", no_general_path)
     reader = stream.reader()
     _same(reader.read_batch(plain), expected)
     # A compressed matrix in the batch sends it through the per-utterance path.
@@ -343,6 +339,30 @@ def test_a_reader_pool_reads_one_epoch_at_a_time_and_checks_its_plan() -> None:
         with pytest.raises(RuntimeError, match="planner changed after the workers started"):
             list(batches.epoch(2))
     assert multiprocessing.active_children() == []
+
+
+def test_one_utt2num_frames_reader_gives_every_reader_the_same_error(
+    feature_dir: Path, tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    path = feature_dir / "utt2num_frames"
+    lines = path.read_text().splitlines()
+    utt = lines[2].split()[0]
+    lines[2] = f"{utt} 12.5"
+    path.write_text("\n".join(lines) + "\n")
+    expect = f"{path}:3: utterance '{utt}' has frame count '12.5', expected an integer >= 0"
+    readers: list[Callable[[], object]] = [
+        lambda: open_data_dir(feature_dir, CmvnNormalizer("none"), tokenizer=tokenizer),
+        lambda: read_frame_counts(str(feature_dir)),
+        lambda: list_corpus(feature_dir, tmp_path / "listed", hours=0.001),
+    ]
+    for read in readers:
+        with pytest.raises(DataError) as err:
+            read()
+        assert expect in str(err.value)
+    assert not (tmp_path / "listed").exists()
+    path.write_text("")
+    with pytest.raises(DataError, match="utt2num_frames: empty"):
+        read_utt2num_frames(path)
 
 
 def test_a_listed_corpus_is_a_valid_data_dir_of_the_same_matrices(

@@ -165,7 +165,10 @@ def test_consensus_rate_matches_the_mixing_speed() -> None:
             lambda: expected_mixing_matrix("hybrid", 12, group_size=5),
             ["group_size=5 does not divide n=12", "[1, 2, 3, 4, 6, 12]"],
         ),
-        (lambda: expected_mixing_matrix("hybrid", 12, group_size=4), ["3 groups", "even or 1"]),
+        (
+            lambda: expected_mixing_matrix("hybrid", 12, group_size=4),
+            ["3 groups", "1 or an even number of groups"],
+        ),
         (lambda: expected_mixing_matrix("fixed", 8, group_size=2), ["only applies to pattern 'hybrid'"]),
         (lambda: random_pairing(8, 0, -1), ["seed", "got -1"]),
         (lambda: consensus_rate("random", 8, rounds=0), ["rounds", "got 0"]),

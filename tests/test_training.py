@@ -13,7 +13,7 @@ from asrkit.config import DEFAULT_CONFIG_DIR, compose, to_object
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import DataError
-from asrkit.loader.batch import Utterance, collate, make_buckets
+from asrkit.loader.batch import Utterance, collate, plan_buckets
 from asrkit.models import MODEL_SIZES, ModelConfig, build_model
 from asrkit.models.checkpoint import build_from_meta, load_model_bundle, save_checkpoint
 from asrkit.models.lstm import LSTMAcousticModel
@@ -185,7 +185,7 @@ def test_greedy_ctc_merges_repeats_and_drops_blanks() -> None:
 
 def test_buckets_respect_the_frame_cap() -> None:
     lengths = [100, 20, 55, 300, 90, 21, 60, 5000]
-    batches = make_buckets(lengths, max_frames=250, max_batch=3)
+    batches = plan_buckets(lengths, max_frames=250, max_batch=3)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     for b in batches:
         assert len(b) <= 3
@@ -306,3 +306,33 @@ def test_every_bad_setting_is_reported_in_one_error() -> None:
     # One bad value alone is reported as itself.
     with pytest.raises(ConfigError, match=r"^specaug.freq_width=-1 must be >= 0$"):
         compose(["specaug.freq_width=-1"])
+
+
+def test_each_section_and_the_checks_across_sections_report_every_problem() -> None:
+    """Several bad values of one section (train, optim, features, strategy) and of the
+    top-level settings all come back together, each choice named with its choices."""
+    from asrkit.errors import ConfigError
+
+    bad = {
+        "train.epochs=0": "train.epochs=0",
+        "train.loader=disk": "train.loader='disk' is unknown; choose one of process, thread",
+        "train.device=tpu": "train.device='tpu'",
+        "optim.name=rmsprop": "optim.name='rmsprop' is unknown; choose one of adam, sgd",
+        "optim.lr=0": "optim.lr=0.0",
+        "features.cmvn=utterance": "features.cmvn='utterance' is unknown; choose one of global, speaker",
+        "features.dither=-1": "features.dither=-1.0",
+        "strategy=adpsgd": "",
+        "strategy.learners=3": "even number of learners, got n=3",
+        "strategy.backend=mpi": "strategy.backend='mpi'",
+        "strategy.straggler.mode=slow": "strategy.straggler.mode='slow'",
+        "pipeline=kaldi": "pipeline='kaldi' is unknown; choose one of ctc, hybrid",
+        "objective=mmi": "objective='mmi' is unknown; choose one of ctc, ce",
+        "resume=maybe": "resume='maybe'",
+    }
+    with pytest.raises(ConfigError) as caught:
+        compose(list(bad))
+    shown = [text for text in bad.values() if text]
+    problems = caught.value.problems  # type: ignore[attr-defined]
+    assert len(problems) == len(shown), problems
+    for text in shown:
+        assert any(text in p for p in problems), text

@@ -29,7 +29,7 @@ import json, sys, time
 import torch
 from pathlib import Path
 from asrkit.data import read_data_dir
-from asrkit.loader.batch import collate, make_buckets
+from asrkit.loader.batch import collate, plan_buckets
 from asrkit.features.cmvn import read_cmvn
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import TokenizerConfig, train_tokenizer
@@ -47,7 +47,7 @@ with tempfile.TemporaryDirectory() as tmp:
     tokenizer = train_tokenizer(texts, Path(tmp) / "tok", TokenizerConfig(kind="char"))
     normalize = CmvnNormalizer("global", global_stats=read_cmvn(data_dir / "cmvn_global.ark"))
     utts = load_utterances(data_dir, normalize, tokenizer=tokenizer)
-buckets = make_buckets([u.feats.shape[0] for u in utts], max_frames=6000, max_batch=16)
+buckets = plan_buckets([u.feats.shape[0] for u in utts], max_frames=6000, max_batch=16)
 batches = [collate([utts[i] for i in b]) for b in buckets]
 dim = utts[0].feats.shape[1]
 model = build_model(ModelConfig(size="demo"), input_dim=dim, num_tokens=tokenizer.num_tokens)

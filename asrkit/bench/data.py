@@ -37,7 +37,8 @@ from asrkit.data.listed import list_corpus
 from asrkit.errors import DataError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.loader.batch import CmvnNormalizer
-from asrkit.loader.stream import BucketBatches, open_data_dir
+from asrkit.loader.opening import open_data_dir
+from asrkit.loader.planning import BucketBatches
 from asrkit.targets.tokenizer import TokenizerConfig, train_tokenizer
 from asrkit.training.allocator import retain_freed_memory
 from asrkit.training.trainer import loader_settings

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from asrkit.data.datadir import read_kaldi_map
+from asrkit.data.datadir import read_utt2num_frames
 from asrkit.decoding.beam import BeamSearch
 from asrkit.decoding.recognizer import Recognizer, check_exp_dir
 from asrkit.errors import ConfigError
@@ -42,14 +42,14 @@ def bench_decoding(data_dir: str | Path, *, exp_dir: str | Path = DEFAULT_EXP, t
         )
     torch.set_num_threads(threads)
     recognizer = Recognizer(exp_dir, max_frames=12000)
-    utts = recognizer.data_dir_utterances(data_dir)
+    utts = recognizer.open_set(data_dir)
     shift = float((data_dir / "frame_shift").read_text()) if (data_dir / "frame_shift").is_file() else 0.01
     frames = (
-        read_kaldi_map(data_dir / "utt2num_frames")
+        read_utt2num_frames(data_dir / "utt2num_frames")
         if (data_dir / "utt2num_frames").is_file()
-        else {u.utt: u.feats.shape[0] for u in utts}
+        else dict(zip(utts.ids, utts.lengths.tolist(), strict=True))
     )
-    audio_s = sum(int(n) for n in frames.values()) * shift
+    audio_s = sum(frames.values()) * shift
     began = time.perf_counter()
     posteriors = recognizer.posteriors(utts)
     forward_s = time.perf_counter() - began

@@ -40,7 +40,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from asrkit.data.datadir import read_data_dir, read_kaldi_map
+from asrkit.data.datadir import read_data_dir, read_utt2num_frames
 from asrkit.errors import ConfigError
 from asrkit.gmm.config import GmmConfig, WfstConfig
 
@@ -96,7 +96,7 @@ def _setting(paths: list[Path], acoustic_scale: float) -> dict[str, float]:
 
 def _frames(data_dir: Path, fallback: Path) -> dict[str, int]:
     source = data_dir if (data_dir / "utt2num_frames").is_file() else fallback
-    return {utt: int(n) for utt, n in read_kaldi_map(source / "utt2num_frames").items()}
+    return read_utt2num_frames(source / "utt2num_frames")
 
 
 def _frame_shift(data_dir: Path) -> float:
@@ -157,7 +157,7 @@ def _train(
     feats = GmmFeatures(work / "data" / "train")
     stages["features"] = time.perf_counter() - t
     texts = read_data_dir(work / "data" / "train").text or {}
-    frames = sum(int(n) for n in read_kaldi_map(work / "data" / "train" / "utt2num_frames").values())
+    frames = sum(read_utt2num_frames(work / "data" / "train" / "utt2num_frames").values())
 
     t = time.perf_counter()
     mono, result = train_mono(lang, feats, texts, cfg, where=where)
@@ -361,8 +361,8 @@ def _decode_hybrid(exp_dir: Path, data_dir: Path, audio_s: float) -> dict[str, A
     scorer = HybridScorer(
         priors, subsample=int(getattr(model, "subsample", 1)), prior_floor=cfg.wfst.prior_floor
     )
-    utts = recognizer.data_dir_utterances(data_dir)
-    lengths = {u.utt: u.feats.shape[0] for u in utts}
+    utts = recognizer.open_set(data_dir)
+    lengths = dict(zip(utts.ids, utts.lengths.tolist(), strict=True))
     t = time.perf_counter()
     with torch.inference_mode():
         scores = {utt: scorer(out, lengths[utt]) for utt, out in recognizer.outputs(utts, "frame")}

@@ -20,7 +20,7 @@ from torch import nn
 
 from asrkit.data import read_data_dir
 from asrkit.features.cmvn import read_cmvn
-from asrkit.loader.batch import make_buckets
+from asrkit.loader.batch import plan_buckets
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import TokenizerConfig, train_tokenizer
 from asrkit.training import (
@@ -48,7 +48,7 @@ def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12, 
         normalize = CmvnNormalizer("global", global_stats=read_cmvn(data_dir / "cmvn_global.ark"))
         utts = load_utterances(data_dir, normalize, tokenizer=tokenizer)
         cfg = TrainConfig(epochs=1, max_frames=6000, max_batch=16, device="cpu", progress=True)
-        buckets = make_buckets(
+        buckets = plan_buckets(
             [u.feats.shape[0] for u in utts], max_frames=cfg.max_frames, max_batch=cfg.max_batch
         )[:steps]
         chosen = [utts[i] for b in buckets for i in b]
@@ -86,7 +86,7 @@ def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12, 
             opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.98))
             model.train()
             began = time.monotonic()
-            order = make_buckets(
+            order = plan_buckets(
                 [u.feats.shape[0] for u in chosen], max_frames=cfg.max_frames, max_batch=cfg.max_batch
             )
             for idx in order:

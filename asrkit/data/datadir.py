@@ -227,6 +227,27 @@ def read_reco2file_and_channel(path: str | Path) -> dict[str, str]:
     return entries
 
 
+def iter_utt2num_frames(path: str | Path) -> Iterator[tuple[int, str, int]]:
+    """``(line number, utterance, frames)`` of an ``utt2num_frames`` file, line by line,
+    each count checked (an integer >= 0). The one reader of this file."""
+    for lineno, utt, value in iter_kaldi_map(path):
+        if not value.isdigit():
+            raise DataError(
+                f"{path}:{lineno}: utterance '{utt}' has frame count {value!r}, expected an "
+                "integer >= 0; regenerate it (feat-to-len scp:feats.scp ark,t:-)"
+            )
+        yield lineno, utt, int(value)
+
+
+def read_utt2num_frames(path: str | Path) -> dict[str, int]:
+    """Frames per utterance from an ``utt2num_frames`` file (see :func:`iter_utt2num_frames`);
+    an empty file is an error."""
+    counts = {utt: frames for _, utt, frames in iter_utt2num_frames(path)}
+    if not counts:
+        raise DataError(f"{path}: empty; regenerate it with feat-to-len scp:feats.scp ark,t:-")
+    return counts
+
+
 def read_frame_shift(data_dir: str | Path) -> float:
     """A data dir's frame shift in seconds (its ``frame_shift`` file; 10 ms when absent)."""
     try:

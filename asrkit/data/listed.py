@@ -13,7 +13,7 @@ import math
 import shutil
 from pathlib import Path
 
-from asrkit.data.datadir import read_frame_shift, read_kaldi_map
+from asrkit.data.datadir import read_frame_shift, read_kaldi_map, read_utt2num_frames
 from asrkit.data.io import atomic_writer
 from asrkit.errors import DataError
 
@@ -46,9 +46,9 @@ def list_corpus(source: str | Path, target: str | Path, *, hours: float) -> dict
         ``copies``, ``utterances``, ``frames`` and ``hours`` of the listed corpus.
     """
     source, target = Path(source), Path(target)
-    frames = read_kaldi_map(source / "utt2num_frames")
+    frames = read_utt2num_frames(source / "utt2num_frames")
     shift = read_frame_shift(source)
-    total = sum(int(v) for v in frames.values())
+    total = sum(frames.values())
     if total == 0:
         raise DataError(f"{source}/utt2num_frames: no frames to list; run the feature stage")
     copies = max(1, math.ceil(hours * 3600.0 / (total * shift)))

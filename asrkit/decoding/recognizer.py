@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from asrkit.choices import CMVN_MODES
 from asrkit.data.audio import iter_utterance_audio
 from asrkit.data.datadir import write_kaldi_map
 from asrkit.data.io import load_record, save_record
@@ -25,8 +26,9 @@ from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError, DataError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.features.extractors import FeatureConfig, extract
-from asrkit.loader.batch import CmvnNormalizer, Utterance, collate, make_buckets
-from asrkit.loader.stream import load_utterances
+from asrkit.loader.batch import CmvnNormalizer, Utterance, plan_buckets
+from asrkit.loader.opening import open_data_dir
+from asrkit.loader.sources import InMemorySource, UtteranceSource, as_source
 from asrkit.models.checkpoint import load_model_bundle
 from asrkit.scoring import score_files
 from asrkit.targets.forced_align import ctc_forced_align
@@ -90,6 +92,11 @@ class Recognizer:
         self.features = FeatureConfig(**self.meta["features"])
         self.tokenizer = Tokenizer(self.exp_dir / self.meta["tokenizer"])
         self.tokenizer.check_model(self.meta, int(self.model.num_tokens), model=self.exp_dir / model)
+        if self.meta["cmvn"] not in CMVN_MODES:
+            raise DataError(
+                f"{self.exp_dir / model}: records cmvn={self.meta['cmvn']!r}, not one of "
+                f"{', '.join(CMVN_MODES)}; the file is damaged or not an asrkit model — retrain (stage 4)"
+            )
         stats = None
         if self.meta["cmvn"] == "global":
             stats_file = self.exp_dir / "cmvn_global.ark"
@@ -117,19 +124,26 @@ class Recognizer:
         return self.meta.get("decode_head", "ctc")
 
     @torch.no_grad()
-    def outputs(self, utts: Sequence[Utterance], head: str) -> Iterator[tuple[str, torch.Tensor]]:
+    def outputs(
+        self, data: UtteranceSource | Sequence[Utterance], head: str
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         """``(utterance, (T', V) scores)`` of the model's ``head`` output (``ctc``
-        log-probabilities or ``frame`` logits), batched by length, on the CPU."""
-        lengths = [u.feats.shape[0] for u in utts]
-        for idx in make_buckets(lengths, max_frames=self.max_frames, max_batch=64):
-            batch = collate([utts[i] for i in idx]).to(self.device)
-            result = self.model(batch.feats, batch.lengths)
-            if head not in result:
-                raise ConfigError(f"{self.exp_dir}: the model has no {head!r} output")
-            for b, utt in enumerate(batch.utts):
-                yield utt, result[head][b, : int(result["lengths"][b])].cpu()
+        log-probabilities or ``frame`` logits) on the CPU, batched by length by the
+        loader's planner and read batch by batch (a streamed set is never held whole)."""
+        source = as_source(data)
+        reader = source.reader()
+        try:
+            for idx in plan_buckets(source.lengths, max_frames=self.max_frames, max_batch=64):
+                batch = reader.read_batch(idx).to(self.device)
+                result = self.model(batch.feats, batch.lengths)
+                if head not in result:
+                    raise ConfigError(f"{self.exp_dir}: the model has no {head!r} output")
+                for b, utt in enumerate(batch.utts):
+                    yield utt, result[head][b, : int(result["lengths"][b])].cpu()
+        finally:
+            reader.close()
 
-    def posteriors(self, utts: Sequence[Utterance]) -> list[tuple[str, torch.Tensor]]:
+    def posteriors(self, utts: UtteranceSource | Sequence[Utterance]) -> list[tuple[str, torch.Tensor]]:
         """``(utterance, (T', V) log-probabilities)`` of the output that decodes to tokens."""
         head = self.decode_head
         if head is None:
@@ -210,25 +224,28 @@ class Recognizer:
         return out
 
     def recognize(
-        self, utts: Sequence[Utterance], search: Callable[[torch.Tensor], str] | None = None
+        self,
+        utts: UtteranceSource | Sequence[Utterance],
+        search: Callable[[torch.Tensor], str] | None = None,
     ) -> dict[str, str]:
         """Transcripts of ``utts`` (features already normalised), batched by length;
         ``search`` turns one utterance's log-probabilities into text (default greedy)."""
         search = search or self.greedy
         return {utt: search(log_probs) for utt, log_probs in self.posteriors(utts)}
 
-    def data_dir_utterances(self, data_dir: str | Path) -> list[Utterance]:
-        """A data dir's utterances: from ``feats.scp`` when present, else from its audio."""
+    def open_set(self, data_dir: str | Path) -> UtteranceSource:
+        """A data dir's utterances as the loader opens them (``feats.scp``, read when
+        asked for), or, without ``feats.scp``, computed from its audio into memory."""
         data_dir = Path(data_dir)
         if (data_dir / "feats.scp").is_file():
-            return load_utterances(data_dir, self.normalize, input_dim=self.model.input_dim)
+            return open_data_dir(data_dir, self.normalize, input_dim=self.model.input_dim)
         log.info("%s has no feats.scp; computing features from wav.scp", data_dir)
         utts = []
         # Each recording read once (a segmented dir's recordings are cut into utterances).
         for utt, samples, rate, source in iter_utterance_audio(data_dir):
             feats = self.audio_features(samples, rate, utt=utt, where=source)
             utts.append(Utterance(utt, feats, np.zeros(0, dtype=np.int64)))
-        return utts
+        return InMemorySource(utts)
 
     def decode_data_dir(
         self, data_dir: str | Path, out_dir: str | Path, search: Callable[[torch.Tensor], str] | None = None
@@ -238,7 +255,7 @@ class Recognizer:
         Returns:
             The Kaldi ``%WER`` line, or None when the data dir has no ``text``.
         """
-        hyp = self.recognize(self.data_dir_utterances(data_dir), search)
+        hyp = self.recognize(self.open_set(data_dir), search)
         return write_and_score(hyp, data_dir, out_dir)
 
 

@@ -33,7 +33,8 @@ from asrkit.distributed.base import StrategyHooks
 from asrkit.distributed.comm import Communicator
 from asrkit.distributed.config import AdpsgdConfig
 from asrkit.distributed.flat import add_flat_
-from asrkit.loader.stream import BucketBatches, UtteranceSource
+from asrkit.loader.planning import BucketBatches
+from asrkit.loader.sources import UtteranceSource
 from asrkit.training.config import TrainConfig
 from asrkit.training.trainer import TrainState
 

@@ -24,7 +24,8 @@ from asrkit.distributed.config import AveragingConfig, StragglerConfig, Strategy
 from asrkit.distributed.flat import flatten
 from asrkit.errors import DataError
 from asrkit.loader.batch import Batch
-from asrkit.loader.stream import BucketBatches, UtteranceSource
+from asrkit.loader.planning import BucketBatches
+from asrkit.loader.sources import UtteranceSource
 from asrkit.training.config import TrainConfig
 from asrkit.training.resume import Tag, common_tag
 from asrkit.training.trainer import TrainHooks, TrainState, loader_settings

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from asrkit.choices import BACKENDS, PARTNER_PATTERNS, STALENESS, STRAGGLER_MODES, unknown
+from asrkit.distributed.topology import group_problems, pairing_problems
 from asrkit.errors import ConfigError, raise_all
 
 
@@ -26,14 +28,14 @@ class StragglerConfig:
     max_delay_ms: float = 50.0
     seed: int = 0
 
-    def check(self) -> None:
-        if self.mode not in ("none", "one", "random", "delay"):
-            raise ConfigError(f"strategy.straggler.mode={self.mode!r}; choose none, one, random or delay")
+    def problems(self) -> list[str]:
+        problems = unknown("strategy.straggler.mode", self.mode, STRAGGLER_MODES)
         if self.factor < 1.0 or self.max_delay_ms < 0:
-            raise ConfigError(
+            problems.append(
                 f"strategy.straggler.factor={self.factor} must be >= 1 and "
                 f"max_delay_ms={self.max_delay_ms} >= 0"
             )
+        return problems
 
 
 @dataclass
@@ -98,8 +100,7 @@ class StrategyConfig:
                 f"strategy=single runs one learner but learners x nnodes = {self.world_size}; "
                 "pick strategy=sync or set strategy.learners=1"
             )
-        if self.backend not in ("auto", "gloo", "nccl"):
-            problems.append(f"strategy.backend={self.backend!r}; choose auto, gloo or nccl")
+        problems += unknown("strategy.backend", self.backend, BACKENDS)
         if self.straggler.rank >= self.world_size:
             problems.append(
                 f"strategy.straggler.rank={self.straggler.rank} but there are only "
@@ -109,11 +110,7 @@ class StrategyConfig:
             problems.append(f"strategy.max_restarts={self.max_restarts} must be >= 0")
         if self.timeout_s <= 0:
             problems.append(f"strategy.timeout_s={self.timeout_s} must be positive")
-        try:
-            self.straggler.check()
-        except ConfigError as err:
-            problems.append(str(err))
-        return problems
+        return problems + self.straggler.problems()
 
 
 @dataclass
@@ -138,13 +135,9 @@ class AveragingConfig(StrategyConfig):
 
     def problems(self) -> list[str]:
         problems = super().problems()
-        if self.pattern not in ("fixed", "random"):
-            problems.append(f"strategy.pattern={self.pattern!r}; choose fixed or random")
-        if self.name != "hybrid" and self.world_size > 1 and self.world_size % 2:
-            problems.append(
-                f"strategy={self.name} pairs even with odd ranks, so it needs an even number "
-                f"of learners, got {self.world_size}"
-            )
+        problems += unknown("strategy.pattern", self.pattern, PARTNER_PATTERNS)
+        if self.name != "hybrid":
+            problems += pairing_problems(self.world_size, key=f"strategy={self.name}")
         return problems
 
 
@@ -190,8 +183,7 @@ class DelayByOneConfig(AveragingConfig):
 
     def problems(self) -> list[str]:
         problems = super().problems()
-        if self.staleness not in (0, 1):
-            problems.append(f"strategy.staleness={self.staleness}; choose 0 or 1")
+        problems += unknown("strategy.staleness", self.staleness, STALENESS)
         if not 0.0 <= self.mix_weight <= 0.5:
             problems.append(f"strategy.mix_weight={self.mix_weight} must be in [0, 0.5] (0 = automatic)")
         return problems
@@ -219,13 +211,7 @@ class HybridConfig(AdpsgdConfig):
 
     def problems(self) -> list[str]:
         problems = super().problems()
-        groups, left = divmod(self.world_size, max(1, self.group_size))
-        if self.group_size < 1 or left or (groups > 1 and groups % 2):
-            problems.append(
-                f"strategy.group_size={self.group_size} must divide the {self.world_size} "
-                "learners into 1 or an even number of groups (leaders pair up as in ADPSGD)"
-            )
-        return problems
+        return problems + group_problems(self.world_size, self.group_size, key="strategy=hybrid")
 
 
 @dataclass(frozen=True)
@@ -233,14 +219,12 @@ class StrategyInfo:
     """One entry of the strategy registry.
 
     Attributes:
-        config: its settings' dataclass (what ``strategy=NAME`` composes).
-        hooks: ``module:Class`` of its :class:`~asrkit.distributed.base.StrategyHooks`
-            (imported when a run uses it); empty for the single process.
+        config: its settings' dataclass (what ``strategy=NAME`` composes; its hooks are
+            :data:`asrkit.distributed.strategies.HOOKS` of this class).
         summary: one line for help texts.
     """
 
     config: type[StrategyConfig]
-    hooks: str
     summary: str
 
     @property
@@ -253,25 +237,21 @@ class StrategyInfo:
 #: The strategies, by ``strategy.name``: the one list that the config (schemas and
 #: checks), the train stage and the command line read.
 STRATEGIES: dict[str, StrategyInfo] = {
-    "single": StrategyInfo(StrategyConfig, "", "one process"),
+    "single": StrategyInfo(StrategyConfig, "one process"),
     "sync": StrategyInfo(
         SyncConfig,
-        "asrkit.distributed.sync:SyncHooks",
         "synchronous SGD: gradients all-reduced every step (DDP)",
     ),
     "adpsgd": StrategyInfo(
         AdpsgdConfig,
-        "asrkit.distributed.adpsgd:AdpsgdHooks",
         "asynchronous decentralized pairwise weight averaging",
     ),
     "delay_by_one": StrategyInfo(
         DelayByOneConfig,
-        "asrkit.distributed.delay_by_one:DelayByOneHooks",
         "lock-step pairwise averaging overlapped with the next step",
     ),
     "hybrid": StrategyInfo(
         HybridConfig,
-        "asrkit.distributed.hybrid:HybridHooks",
         "DDP inside groups, ADPSGD among the groups' leaders",
     ),
 }

@@ -1,33 +1,45 @@
-"""Build a strategy's hooks from the registry (:data:`asrkit.distributed.config.STRATEGIES`)."""
+"""Build a strategy's hooks: :data:`HOOKS` maps each strategy's settings class (which
+``strategy.name`` picks: :data:`asrkit.distributed.config.STRATEGIES`) to its hooks class."""
 
 from __future__ import annotations
 
-import importlib
-
+from asrkit.distributed.adpsgd import AdpsgdHooks
+from asrkit.distributed.base import StrategyHooks
 from asrkit.distributed.comm import Communicator, TorchCommunicator
-from asrkit.distributed.config import STRATEGIES, StrategyConfig
+from asrkit.distributed.config import (
+    AdpsgdConfig,
+    DelayByOneConfig,
+    HybridConfig,
+    StrategyConfig,
+    SyncConfig,
+)
+from asrkit.distributed.delay_by_one import DelayByOneHooks
+from asrkit.distributed.hybrid import HybridHooks
 from asrkit.distributed.launch import DistContext
-from asrkit.errors import ConfigError
+from asrkit.distributed.sync import SyncHooks
 from asrkit.training.trainer import TrainHooks
+
+#: Each multi-learner strategy's hooks, by its settings' exact class; the single process
+#: (``StrategyConfig``) has none.
+HOOKS: dict[type[StrategyConfig], type[StrategyHooks]] = {
+    SyncConfig: SyncHooks,
+    AdpsgdConfig: AdpsgdHooks,
+    DelayByOneConfig: DelayByOneHooks,
+    HybridConfig: HybridHooks,
+}
 
 
 def build_strategy(cfg: StrategyConfig, comm: Communicator, *, seed: int = 1) -> TrainHooks:
-    """``cfg.name``'s hooks for the learner behind ``comm`` (the group of all learners)."""
-    if cfg.name not in STRATEGIES:
-        raise ConfigError(f"strategy.name={cfg.name!r} is unknown; choose one of {sorted(STRATEGIES)}")
-    target = STRATEGIES[cfg.name].hooks
-    if not target or comm.size == 1:
+    """``cfg``'s hooks for the learner behind ``comm`` (the group of all learners); ``cfg``
+    is a checked config (``strategy.name`` matches its class)."""
+    hooks = HOOKS.get(type(cfg))
+    if hooks is None or comm.size == 1:
         return TrainHooks()  # one learner is a plain process, whatever the strategy
-    module, _, name = target.partition(":")
-    hooks = getattr(importlib.import_module(module), name)(cfg, comm, seed=seed)
-    assert isinstance(hooks, TrainHooks)
-    return hooks
+    return hooks(cfg, comm, seed=seed)
 
 
 def build_hooks(cfg: StrategyConfig, ctx: DistContext, *, seed: int = 1) -> TrainHooks:
     """The hooks of a learner started by torchrun (``ctx``), over torch.distributed."""
-    if cfg.name not in STRATEGIES:
-        raise ConfigError(f"strategy.name={cfg.name!r} is unknown; choose one of {sorted(STRATEGIES)}")
-    if ctx.world_size == 1 or not STRATEGIES[cfg.name].hooks:
+    if ctx.world_size == 1 or type(cfg) not in HOOKS:
         return TrainHooks()
     return build_strategy(cfg, TorchCommunicator.world(device=ctx.device, timeout_s=cfg.timeout_s), seed=seed)

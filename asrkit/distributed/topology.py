@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from asrkit.errors import ConfigError
+from asrkit.errors import ConfigError, raise_all
 
 PATTERNS = ("fixed", "random", "hybrid")
 
@@ -55,33 +55,47 @@ def _check_pattern(pattern: str) -> None:
         raise ConfigError(f"topology: unknown pattern {pattern!r}; use one of {', '.join(PATTERNS)}")
 
 
+def pairing_problems(n: int, *, key: str) -> list[str]:
+    """The rule every pairwise pattern keeps: active (even) ranks pair with passive (odd)
+    ones, so ``n`` learners must be 1 or even. The one place this rule lives (the
+    ``strategy`` settings and this module both ask it); ``key`` names the setting."""
+    if n > 1 and n % 2:
+        return [
+            f"{key} pairs even (active) with odd (passive) ranks, so it needs an even number "
+            f"of learners, got n={n}; use n={n - 1} or n={n + 1} (or n=1)"
+        ]
+    return []
+
+
+def group_problems(n: int, group_size: int, *, key: str) -> list[str]:
+    """The ``hybrid`` rule: ``group_size`` divides ``n`` into 1 or an even number of groups
+    (the groups pair up as ADPSGD super learners through their leaders)."""
+    if not _is_int(group_size) or group_size < 1:
+        return [f"{key}: group_size must be an integer >= 1, got {group_size!r}"]
+    if n % group_size:
+        divisors = [d for d in range(1, n + 1) if n % d == 0]
+        return [f"{key}: group_size={group_size} does not divide n={n} learners; use one of {divisors}"]
+    groups = n // group_size
+    if groups > 1 and groups % 2:
+        return [
+            f"{key}: n={n}, group_size={group_size} makes {groups} groups, but the groups pair "
+            f"up as ADPSGD super learners, so there must be 1 or an even number of groups; "
+            f"choose group_size so that n / group_size is even (or group_size={n})"
+        ]
+    return []
+
+
 def _check_learners(n: int, pattern: str) -> None:
     if not _is_int(n) or n < 1:
         raise ConfigError(f"topology: the number of learners must be an integer >= 1, got {n!r}")
-    if pattern != "hybrid" and n > 1 and n % 2:
-        raise ConfigError(
-            f"topology: pattern {pattern!r} pairs even (active) with odd (passive) ranks, so it needs "
-            f"an even number of learners, got n={n}; use n={n - 1} or n={n + 1} (or n=1)"
-        )
+    if pattern != "hybrid":
+        raise_all(pairing_problems(n, key=f"topology: pattern {pattern!r}"))
 
 
 def _check_groups(n: int, group_size: int) -> int:
     """Validate ``group_size`` for ``hybrid`` on ``n`` learners; return the number of groups."""
-    if not _is_int(group_size) or group_size < 1:
-        raise ConfigError(f"topology: hybrid group_size must be an integer >= 1, got {group_size!r}")
-    if n % group_size:
-        divisors = [d for d in range(1, n + 1) if n % d == 0]
-        raise ConfigError(
-            f"topology: hybrid group_size={group_size} does not divide n={n} learners; use one of {divisors}"
-        )
-    groups = n // group_size
-    if groups > 1 and groups % 2:
-        raise ConfigError(
-            f"topology: hybrid with n={n}, group_size={group_size} makes {groups} groups, but the "
-            f"groups pair up as ADPSGD super learners, so their number must be even or 1; "
-            f"choose group_size so that n / group_size is even (or group_size={n})"
-        )
-    return groups
+    raise_all(group_problems(n, group_size, key="topology: hybrid"))
+    return n // group_size
 
 
 def _check_config(pattern: str, n: int, group_size: int) -> int:

@@ -17,7 +17,8 @@ import torch
 import torchaudio.compliance.kaldi as kaldi
 import torchaudio.functional
 
-from asrkit.errors import ConfigError, DataError
+from asrkit.choices import CMVN_MODES, unknown
+from asrkit.errors import DataError, raise_all
 
 
 @dataclass
@@ -64,21 +65,20 @@ class FeatureConfig:
     nj: int = 2
 
     def check(self) -> None:
-        """Raise :class:`ConfigError` for values no extractor can use."""
-        if self.kind not in EXTRACTORS:
-            raise ConfigError(f"features.kind={self.kind!r} is unknown; choose one of {sorted(EXTRACTORS)}")
-        if self.cmvn not in ("global", "speaker", "none"):
-            raise ConfigError(f"features.cmvn={self.cmvn!r} is unknown; choose global, speaker or none")
+        """Raise one :class:`ConfigError` listing every value no extractor can use."""
+        problems = unknown("features.kind", self.kind, sorted(EXTRACTORS))
+        problems += unknown("features.cmvn", self.cmvn, CMVN_MODES)
         for name in ("sample_rate", "num_mel_bins", "nj", "frame_length_ms", "frame_shift_ms"):
             if getattr(self, name) <= 0:
-                raise ConfigError(f"features.{name}={getattr(self, name)} must be positive")
+                problems.append(f"features.{name}={getattr(self, name)} must be positive")
         if self.kind == "mfcc" and self.num_ceps > self.num_mel_bins:
-            raise ConfigError(
+            problems.append(
                 f"features.num_ceps={self.num_ceps} exceeds num_mel_bins={self.num_mel_bins}; "
                 "lower num_ceps or raise num_mel_bins"
             )
         if self.dither < 0:
-            raise ConfigError(f"features.dither={self.dither} must be >= 0")
+            problems.append(f"features.dither={self.dither} must be >= 0")
+        raise_all(problems)
 
     @property
     def dim(self) -> int:

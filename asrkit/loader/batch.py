@@ -3,7 +3,7 @@
 Batches group utterances of similar length and are capped by padded frames, so a
 batch of short utterances holds more of them than a batch of long ones. Where the
 utterances come from (read on demand from the feature archives, or held in memory)
-is :mod:`asrkit.loader.stream`.
+is :mod:`asrkit.loader.sources` and its kin.
 """
 
 from __future__ import annotations
@@ -102,8 +102,6 @@ class CmvnNormalizer:
     or ``none`` normalisation to an utterance's features."""
 
     def __init__(self, mode: str, *, global_stats: np.ndarray | None = None, norm_vars: bool = True) -> None:
-        if mode not in ("global", "speaker", "none"):
-            raise ConfigError(f"features.cmvn={mode!r} is unknown; choose global, speaker or none")
         if mode == "global" and global_stats is None:
             raise ConfigError("global CMVN needs the training set's cmvn_global.ark")
         self.mode, self.global_stats, self.norm_vars = mode, global_stats, norm_vars
@@ -186,35 +184,21 @@ def batch_around(
     )
 
 
-def make_buckets(
-    lengths: Sequence[int], *, max_frames: int, max_batch: int, min_batch: int = 1
-) -> list[list[int]]:
-    """Group indices into batches of similar length.
+def plan_buckets(
+    lengths: Sequence[int] | np.ndarray, *, max_frames: int, max_batch: int, min_batch: int = 1
+) -> list[np.ndarray]:
+    """Group indices into batches of similar length: the one batch planner (training,
+    the strategies' sharding and decoding all cut their batches here).
 
     Indices are sorted by length (longest first) and cut greedily so that
     ``batch size x longest length <= max_frames`` and ``batch size <= max_batch``,
     but never below ``min_batch`` utterances (a global batch needs one per learner);
     an utterance longer than ``max_frames`` gets a batch of its own when ``min_batch`` is 1.
     The last batch may be short; with ``min_batch`` > 1 it is merged into the one before.
+    Each batch is an index array (a corpus of millions of utterances is planned without a
+    Python object per utterance).
     """
-    return [
-        b.tolist()
-        for b in plan_buckets(
-            np.asarray(lengths, dtype=np.int64),
-            max_frames=max_frames,
-            max_batch=max_batch,
-            min_batch=min_batch,
-        )
-    ]
-
-
-def plan_buckets(
-    lengths: np.ndarray, *, max_frames: int, max_batch: int, min_batch: int = 1
-) -> list[np.ndarray]:
-    """:func:`make_buckets` on an array of lengths, each batch an index array (a corpus of
-    millions of utterances is planned without a Python object per utterance)."""
-    if max_frames < 1 or max_batch < 1:
-        raise ConfigError(f"train.max_frames={max_frames} and train.max_batch={max_batch} must be positive")
+    lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")  # longest first, ties in index order
     ordered = lengths[order].tolist()
     cap = max(max_batch, min_batch)

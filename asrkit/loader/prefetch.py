@@ -193,7 +193,7 @@ class Prefetcher(Generic[_T]):
 
 
 class Planner(Protocol):
-    """What a :class:`ReaderPool` reads from (:class:`~asrkit.loader.stream.BucketBatches`)."""
+    """What a :class:`ReaderPool` reads from (:class:`~asrkit.loader.planning.BucketBatches`)."""
 
     source: Any
     pin_memory: bool

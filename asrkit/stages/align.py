@@ -64,7 +64,7 @@ def align(ctx: StageContext) -> None:
     for name, data_dir in _align_sets(ctx):
         data = read_data_dir(data_dir, require_text=True)
         assert data.text is not None  # required
-        utts = recognizer.data_dir_utterances(data_dir)
+        utts = recognizer.open_set(data_dir)
         alignments: dict[str, np.ndarray] = {}
         failed: list[str] = []
         for utt, log_probs in recognizer.outputs(utts, "ctc"):
@@ -128,7 +128,7 @@ def loglikes(ctx: StageContext) -> None:
         out_dir = ctx.exp_dir / f"loglikes_{name}"
         out_dir.mkdir(parents=True, exist_ok=True)
         mats = {}
-        for utt, scores in recognizer.outputs(recognizer.data_dir_utterances(data_dir), head):
+        for utt, scores in recognizer.outputs(recognizer.open_set(data_dir), head):
             posteriors = scores.log_softmax(dim=-1) if head == "frame" else scores
             mats[utt] = (posteriors - priors).numpy()
         scp = write_ark(out_dir / "loglikes.ark", ((u, mats[u]) for u in sorted(mats)))

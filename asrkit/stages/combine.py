@@ -233,7 +233,7 @@ def combine(ctx: StageContext) -> None:
     for name, data_dir in targets.items():
         posteriors = []
         for recognizer in recognizers:
-            posteriors.append(dict(recognizer.posteriors(recognizer.data_dir_utterances(data_dir))))
+            posteriors.append(dict(recognizer.posteriors(recognizer.open_set(data_dir))))
             if posteriors[-1].keys() != posteriors[0].keys():
                 raise DataError(
                     f"{data_dir}: {recognizer.exp_dir} decoded other utterances than {systems[0]}"

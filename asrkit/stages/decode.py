@@ -61,7 +61,7 @@ def decode(ctx: StageContext) -> None:
     targets = [(name, prepared_set(ctx, name, path)) for name, path in decode_targets(ctx)]
     posteriors = {}
     for name, data_dir in targets:
-        posteriors[name] = recognizer.posteriors(recognizer.data_dir_utterances(data_dir))
+        posteriors[name] = recognizer.posteriors(recognizer.open_set(data_dir))
         hyp = {utt: recognizer.greedy(lp) for utt, lp in posteriors[name]}
         report(
             name,
@@ -142,7 +142,7 @@ def _tune(
     cfg = ctx.cfg.decode
     name, data_dir = tune_target(ctx)
     if name not in posteriors:
-        posteriors[name] = recognizer.posteriors(recognizer.data_dir_utterances(data_dir))
+        posteriors[name] = recognizer.posteriors(recognizer.open_set(data_dir))
     out_dir = ctx.exp_dir / f"decode_{cfg.method}_{name}"
 
     def hyps(lm_weight: float, word_score: float) -> dict[str, str]:

@@ -365,8 +365,8 @@ def hybrid_decode(ctx: StageContext) -> None:
     timings: dict[str, float] = {}
 
     def hyps_at(name: str, data_dir: Path) -> Callable:
-        utts = recognizer.data_dir_utterances(data_dir)
-        lengths = {u.utt: u.feats.shape[0] for u in utts}
+        utts = recognizer.open_set(data_dir)
+        lengths = dict(zip(utts.ids, utts.lengths.tolist(), strict=True))
         began = time.monotonic()
         with torch.inference_mode():
             scores = {utt: scorer(out, lengths[utt]) for utt, out in recognizer.outputs(utts, "frame")}

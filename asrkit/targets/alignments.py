@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asrkit.data.datadir import read_kaldi_map
+from asrkit.data.datadir import read_utt2num_frames
 from asrkit.data.kaldi_table import TableReader, is_rspecifier, parse_rspecifier, read_table
 from asrkit.errors import ConfigError, DataError
 from asrkit.gmm.model_io import KaldiModel, read_model, transition_id_to_pdf, transition_id_to_phone
@@ -282,7 +282,7 @@ def read_frame_counts(source: str) -> dict[str, int]:
     path = Path(source)
     if not is_rspecifier(source) and path.is_dir():
         if (path / "utt2num_frames").exists():
-            return _read_utt2num_frames(path / "utt2num_frames")
+            return read_utt2num_frames(path / "utt2num_frames")
         if not (path / "feats.scp").exists():
             raise DataError(
                 f"{path}: no utt2num_frames or feats.scp in this data dir; run the "
@@ -449,23 +449,6 @@ def _read_int_file(path: Path) -> int | None:
     if value < 1:
         raise DataError(f"{path}: holds {text[:40]!r}, expected one positive integer; fix or remove the file")
     return value
-
-
-def _read_utt2num_frames(path: Path) -> dict[str, int]:
-    counts = {}
-    for lineno, (utt, value) in enumerate(read_kaldi_map(path).items(), start=1):
-        try:
-            counts[utt] = int(value)
-        except ValueError:
-            counts[utt] = -1
-        if counts[utt] < 0:
-            raise DataError(
-                f"{path}:{lineno}: utterance '{utt}' has frame count {value!r}, expected "
-                "an integer >= 0; regenerate it (feat-to-len scp:feats.scp ark,t:-)"
-            )
-    if not counts:
-        raise DataError(f"{path}: empty; regenerate it with feat-to-len scp:feats.scp ark,t:-")
-    return counts
 
 
 def _count_line(items: list[str], *, note: str = "") -> str:

@@ -1,8 +1,8 @@
 """Training: the trainer loop and its hooks, schedules, objectives, resume states.
 
-The data a learner trains on (:mod:`asrkit.loader.batch`, :mod:`asrkit.loader.stream`,
-:mod:`asrkit.loader.prefetch`) and model files (:mod:`asrkit.models.checkpoint`) live with
-the data and the models, shared with decoding; they are re-exported here.
+The data a learner trains on (:mod:`asrkit.loader`) and model files
+(:mod:`asrkit.models.checkpoint`) live with the data and the models, shared with decoding;
+they are re-exported here.
 
 Public API:
     - :class:`TrainConfig`, :class:`OptimConfig`, :class:`ScheduleConfig`,
@@ -19,7 +19,8 @@ Public API:
 """
 
 from asrkit.loader.batch import CmvnNormalizer, collate
-from asrkit.loader.stream import BucketBatches, load_utterances, open_data_dir
+from asrkit.loader.opening import load_utterances, open_data_dir
+from asrkit.loader.planning import BucketBatches
 from asrkit.models.checkpoint import load_checkpoint, load_model_bundle, save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 from asrkit.training.schedule import LRSchedule

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from asrkit.errors import ConfigError, raise_all
-
-#: What reads batches ahead (``train.loader``; :mod:`asrkit.loader.prefetch`).
-LOADERS = ("process", "thread")
+from asrkit.choices import ANNEALING, BEST_METRICS, DEVICES, LOADERS, OPTIMIZERS, unknown
+from asrkit.errors import raise_all
 
 
 @dataclass
@@ -31,17 +29,17 @@ class OptimConfig:
     weight_decay: float = 0.0
 
     def check(self) -> None:
-        if self.name not in ("adam", "sgd"):
-            raise ConfigError(f"optim.name={self.name!r} is unknown; choose adam or sgd (optim=adam)")
+        problems = unknown("optim.name", self.name, OPTIMIZERS)
         if not self.lr > 0:
-            raise ConfigError(f"optim.lr={self.lr} must be positive (e.g. optim.lr=1e-3)")
+            problems.append(f"optim.lr={self.lr} must be positive (e.g. optim.lr=1e-3)")
         if self.momentum < 0 or self.weight_decay < 0 or self.eps <= 0:
-            raise ConfigError(
+            problems.append(
                 f"optim.momentum={self.momentum} and optim.weight_decay="
                 f"{self.weight_decay} must be >= 0 and optim.eps={self.eps} > 0"
             )
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ConfigError(f"optim.betas={list(self.betas)} must be two numbers in [0, 1)")
+            problems.append(f"optim.betas={list(self.betas)} must be two numbers in [0, 1)")
+        raise_all(problems)
 
 
 @dataclass
@@ -70,8 +68,7 @@ class ScheduleConfig:
                 f"schedule.warmup_steps={self.warmup_steps} and "
                 f"schedule.decay_start_epoch={self.decay_start_epoch} must be >= 0"
             )
-        if self.anneal not in ("none", "cosine", "exponential"):
-            problems.append(f"schedule.anneal={self.anneal!r} is unknown; choose none, cosine or exponential")
+        problems += unknown("schedule.anneal", self.anneal, ANNEALING)
         if not 0 <= self.final_scale <= 1 or not 0 < self.decay <= 1:
             problems.append(
                 f"schedule.final_scale={self.final_scale} must be in [0, 1] and "
@@ -179,38 +176,37 @@ class TrainConfig:
     chunk_context: int = 0
 
     def check(self) -> None:
+        problems = []
         if self.max_frames < 1 or self.max_batch < 1:
-            raise ConfigError(
+            problems.append(
                 f"train.max_frames={self.max_frames} and train.max_batch="
                 f"{self.max_batch} must be >= 1 (padded frames and utterances per "
                 "batch)"
             )
         if self.epochs < 1:
-            raise ConfigError(f"train.epochs={self.epochs} must be at least 1")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ConfigError(f"train.device={self.device!r} is unknown; choose auto, cpu or cuda")
-        if self.best_metric not in ("wer", "loss"):
-            raise ConfigError(f"train.best_metric={self.best_metric!r}; choose wer or loss")
+            problems.append(f"train.epochs={self.epochs} must be at least 1")
+        problems += unknown("train.device", self.device, DEVICES)
+        problems += unknown("train.best_metric", self.best_metric, BEST_METRICS)
         if self.save_every < 0:
-            raise ConfigError(f"train.save_every={self.save_every} must be >= 0 (0: epoch ends)")
+            problems.append(f"train.save_every={self.save_every} must be >= 0 (0: epoch ends)")
         if self.prefetch < 0 or self.loader_workers < 1 or self.max_steps < 0:
-            raise ConfigError(
+            problems.append(
                 f"train.prefetch={self.prefetch}, train.loader_workers="
                 f"{self.loader_workers} and train.max_steps={self.max_steps}: "
                 "prefetch and max_steps must be >= 0 and loader_workers >= 1"
             )
-        if self.loader not in LOADERS:
-            raise ConfigError(f"train.loader={self.loader!r} is unknown; choose {' or '.join(LOADERS)}")
+        problems += unknown("train.loader", self.loader, LOADERS)
         if self.chunk_frames < 0 or self.chunk_context < 0 or (self.chunk_context and not self.chunk_frames):
-            raise ConfigError(
+            problems.append(
                 f"train.chunk_frames={self.chunk_frames}, train.chunk_context={self.chunk_context}: "
                 "both >= 0, and context only with chunks (chunk_frames=0: whole utterances)"
             )
         if self.keep_checkpoints < 1:
-            raise ConfigError(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1")
-        if self.average_last > self.keep_checkpoints:
-            raise ConfigError(
+            problems.append(f"train.keep_checkpoints={self.keep_checkpoints} must be >= 1")
+        elif self.average_last > self.keep_checkpoints:
+            problems.append(
                 f"train.average_last={self.average_last} exceeds the epoch checkpoints "
                 f"kept (train.keep_checkpoints={self.keep_checkpoints}); raise "
                 "train.keep_checkpoints or lower train.average_last"
             )
+        raise_all(problems)

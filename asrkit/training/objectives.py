@@ -6,13 +6,13 @@
   frame accuracy, plus greedy WER when the classes are the tokenizer's units (blank = 0).
 
 Public API: :class:`Objective`, :class:`CtcObjective`, :class:`FrameCEObjective`,
-:func:`build_objective`, :data:`OBJECTIVES`.
+:func:`build_objective`.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -182,18 +182,12 @@ class FrameCEObjective(Objective):
         return metrics
 
 
-#: name -> factory taking ``token_classes`` (whether frame classes are tokenizer units).
-OBJECTIVES: dict[str, Callable[[bool], Objective]] = {
-    "ctc": lambda token_classes: CtcObjective(),
-    "ce": lambda token_classes: FrameCEObjective(token_classes=token_classes),
-}
-
-
 def build_objective(name: str, *, token_classes: bool = False) -> Objective:
-    """The objective called ``name`` (``ctc`` or ``ce``)."""
-    if name not in OBJECTIVES:
-        raise ConfigError(f"objective={name!r} is unknown; choose one of {sorted(OBJECTIVES)}")
-    return OBJECTIVES[name](token_classes)
+    """The objective called ``name``, one of :data:`asrkit.choices.OBJECTIVES` (``ctc``, or
+    ``ce``, whose ``token_classes`` says whether frame classes are tokenizer units)."""
+    if name == "ctc":
+        return CtcObjective()
+    return FrameCEObjective(token_classes=token_classes)
 
 
 def _summed_ctc(out: dict[str, torch.Tensor], batch: Batch) -> torch.Tensor:

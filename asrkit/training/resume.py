@@ -27,13 +27,10 @@ from typing import Any
 
 import torch
 
-from asrkit.errors import ConfigError, DataError
+from asrkit.errors import DataError
 from asrkit.models.checkpoint import load_checkpoint, save_checkpoint
 
 log = logging.getLogger(__name__)
-
-#: Accepted values of ``resume``.
-RESUME_MODES = ("auto", "true", "false")
 
 Tag = tuple[int, int]
 
@@ -79,16 +76,6 @@ def common_tag(tags_per_learner: Iterable[Iterable[Tag]]) -> Tag | None:
     sets = [set(tags) for tags in tags_per_learner]
     shared = set.intersection(*sets) if sets else set()
     return max(shared) if shared else None
-
-
-def check_resume_mode(mode: str) -> str:
-    value = str(mode).lower()
-    if value not in RESUME_MODES:
-        raise ConfigError(
-            f"resume={mode!r} is unknown; choose auto (continue when a "
-            "checkpoint exists), true (require one) or false (start over)"
-        )
-    return value
 
 
 def rng_state(generator: torch.Generator) -> dict[str, Any]:

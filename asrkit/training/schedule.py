@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-from asrkit.errors import ConfigError
 from asrkit.training.config import ScheduleConfig
 
 
@@ -26,14 +25,6 @@ class LRSchedule:
     def __init__(
         self, cfg: ScheduleConfig, *, peak_lr: float, total_steps: int, steps_per_epoch: int
     ) -> None:
-        if cfg.anneal not in ("none", "cosine", "exponential"):
-            raise ConfigError(
-                f"schedule.anneal={cfg.anneal!r} is unknown; choose none, cosine or exponential"
-            )
-        if cfg.warmup_steps < 0 or not 0 < cfg.decay <= 1 or not 0 <= cfg.final_scale <= 1:
-            raise ConfigError(
-                f"schedule: warmup_steps must be >= 0, decay in (0, 1] and final_scale in [0, 1] (got {cfg})"
-            )
         self.cfg, self.peak_lr = cfg, peak_lr
         self.total_steps, self.steps_per_epoch = max(1, total_steps), max(1, steps_per_epoch)
 

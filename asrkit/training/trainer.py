@@ -20,11 +20,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from asrkit.choices import resume_mode
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError
 from asrkit.loader.batch import Batch, Utterance, chunk_batch
+from asrkit.loader.planning import BucketBatches
 from asrkit.loader.prefetch import timed
-from asrkit.loader.stream import BucketBatches, UtteranceSource, as_source
+from asrkit.loader.sources import UtteranceSource, as_source
 from asrkit.models.checkpoint import save_checkpoint
 from asrkit.models.lstm import LSTMAcousticModel
 from asrkit.targets.tokenizer import Tokenizer
@@ -34,7 +36,6 @@ from asrkit.training.resume import (
     FaultInjection,
     ResumeStore,
     Tag,
-    check_resume_mode,
     common_tag,
     rng_state,
     set_rng_state,
@@ -167,20 +168,19 @@ def loader_settings(cfg: TrainConfig, *, parts: int = 1) -> dict[str, Any]:
 
 
 def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
-    """``adam`` or ``sgd`` (Nesterov momentum) from the ``optim`` settings."""
+    """``adam`` or ``sgd`` (Nesterov momentum) from the ``optim`` settings (checked when
+    the config was composed: :data:`asrkit.choices.OPTIMIZERS`)."""
     if cfg.name == "adam":
         return torch.optim.Adam(
             params, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.eps, weight_decay=cfg.weight_decay
         )
-    if cfg.name == "sgd":
-        return torch.optim.SGD(
-            params,
-            lr=cfg.lr,
-            momentum=cfg.momentum,
-            nesterov=cfg.nesterov and cfg.momentum > 0,
-            weight_decay=cfg.weight_decay,
-        )
-    raise ConfigError(f"optim.name={cfg.name!r} is unknown; choose adam or sgd")
+    return torch.optim.SGD(
+        params,
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        nesterov=cfg.nesterov and cfg.momentum > 0,
+        weight_decay=cfg.weight_decay,
+    )
 
 
 class Trainer:
@@ -228,8 +228,7 @@ class Trainer:
         stop: StopRequest | None = None,
         threads: ThreadGovernor | None = None,
     ) -> None:
-        cfg.check()  # for callers that build a Trainer without composing a recipe config
-        self.resume, self.resume_key = check_resume_mode(resume), resume_key
+        self.resume, self.resume_key = resume_mode(resume), resume_key
         self.cfg, self.specaug, self.meta, self.seed = cfg, specaug, meta, seed
         self.objective = objective or CtcObjective()
         self.device = pick_device(cfg.device)

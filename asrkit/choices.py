@@ -1,0 +1,52 @@
+"""Every setting that takes one of a fixed set of words, declared once.
+
+The config sections check their values against these tuples when a recipe config is
+composed (:func:`asrkit.config.validate`, every problem reported together); the code that
+acts on a value imports the same tuple, so a new choice is added in one place. (Hydra's
+structured configs do not accept ``Literal`` types, so each choice is a constant here.)
+Choices that come with a registry of implementations (``features.kind``,
+``tokenizer.kind``, ``strategy.name``) are the registry's keys instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: ``pipeline``: CTC acoustic models, or GMM-HMM systems and a hybrid BLSTM.
+PIPELINES = ("ctc", "hybrid")
+#: ``objective``: CTC on token sequences, or frame cross-entropy on alignments.
+OBJECTIVES = ("ctc", "ce")
+#: ``resume``: continue when a matching checkpoint exists, require one, or start over.
+RESUME_MODES = ("auto", "true", "false")
+#: ``optim.name``.
+OPTIMIZERS = ("adam", "sgd")
+#: ``schedule.anneal``.
+ANNEALING = ("none", "cosine", "exponential")
+#: ``features.cmvn`` (and the ``cmvn`` a trained model records).
+CMVN_MODES = ("global", "speaker", "none")
+#: ``train.device``.
+DEVICES = ("auto", "cpu", "cuda")
+#: ``train.best_metric``.
+BEST_METRICS = ("wer", "loss")
+#: ``train.loader``: read-ahead in worker processes or in threads.
+LOADERS = ("process", "thread")
+#: ``strategy.backend``.
+BACKENDS = ("auto", "gloo", "nccl")
+#: ``strategy.straggler.mode``.
+STRAGGLER_MODES = ("none", "one", "random", "delay")
+#: ``strategy.pattern``: how weight-averaging learners pick partners.
+PARTNER_PATTERNS = ("fixed", "random")
+#: ``strategy.staleness`` of delay-by-one.
+STALENESS = (0, 1)
+
+
+def resume_mode(mode: str | bool) -> str:
+    """``resume`` spelled as in :data:`RESUME_MODES` (YAML may give a bool)."""
+    return str(mode).lower()
+
+
+def unknown(key: str, value: object, choices: Sequence[object]) -> list[str]:
+    """``[the problem]`` when ``value`` is not one of ``choices``, else ``[]``."""
+    if value in choices:
+        return []
+    return [f"{key}={value!r} is unknown; choose one of {', '.join(str(c) for c in choices)}"]
