@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SHELL  := /bin/bash
 
-.PHONY: install sysdeps slurmdeps demo test test-multiproc test-integration test-all bench bench-quick lint typecheck clean
+.PHONY: install sysdeps slurmdeps demo test test-unit test-multiproc test-recipe test-all bench bench-quick lint typecheck clean
 
 install: $(STAMP)
 
@@ -30,16 +30,20 @@ sysdeps:
 demo: install sysdeps
 	recipes/an4/run.sh
 
+# Both tiers: tests/unit (in-process, about a minute) and tests/integration (subprocesses).
 test: install sysdeps
-	$(PY) -m pytest
+	$(PY) -m pytest tests/unit tests/integration
+
+test-unit: install
+	$(PY) -m pytest tests/unit
 
 test-multiproc: install sysdeps
-	$(PY) -m pytest -m multiproc
+	$(PY) -m pytest tests/integration -m multiproc
 
-test-integration: install sysdeps
-	$(PY) -m pytest -m integration
+test-recipe: install sysdeps
+	$(PY) -m pytest tests/integration -m recipe
 
-# The Slurm test (tests/test_slurm.py) sets up a one-host cluster from Debian's packages.
+# The Slurm test (tests/integration/test_slurm.py) sets up a one-host cluster from Debian's packages.
 slurmdeps:
 	@if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -49,7 +53,7 @@ slurmdeps:
 	fi
 
 test-all: install sysdeps slurmdeps
-	$(PY) -m pytest -m ''
+	$(PY) -m pytest tests/unit tests/integration -m ''
 
 # The decoding benchmark needs the demo model: the recipe runs first unless it already did.
 bench: install sysdeps

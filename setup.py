@@ -12,7 +12,7 @@ from pathlib import Path
 from setuptools import Extension, find_packages, setup
 
 #: conf/ and each folder in it (config groups: data/, model/, ...) as packages of YAML files;
-#: a config in a deeper folder would not ship (``tests/test_training.py`` checks there is none).
+#: a config in a deeper folder would not ship (``tests/unit/test_training.py`` checks there is none).
 CONF_PACKAGES = {
     "asrkit.conf": "conf",
     **{f"asrkit.conf.{d.name}": f"conf/{d.name}" for d in sorted(Path("conf").iterdir()) if d.is_dir()},

@@ -13,7 +13,7 @@ started with). A competitor that goes away gives its core back at the next check
 
 The thread count does not change the results: the demo model's forward and backward
 passes, and so its training, are bitwise the same on 1 or 2 threads
-(``tests/test_threads.py``), so the governor is on by default (``train.adapt_threads``)
+(``tests/{unit,integration}/test_threads.py``), so the governor is on by default (``train.adapt_threads``)
 and is not part of any stage's settings.
 """
 

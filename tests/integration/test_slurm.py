@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from tests.helpers import REPO, free_port
-from tests.test_signals import _prepare, _train
+from tests.integration.test_signals import _prepare, _train
 
 pytestmark = [
     pytest.mark.slurm,

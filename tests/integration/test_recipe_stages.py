@@ -121,7 +121,7 @@ def test_transcribe_errors_are_one_line(tmp_path: Path) -> None:
     assert "model.pt: no trained model" in out.stderr
 
 
-@pytest.mark.integration
+@pytest.mark.recipe
 @pytest.mark.slow
 @pytest.mark.skipif(not SHARED_AN4.is_dir(), reason=f"AN4 corpus not at {SHARED_AN4}")
 def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
@@ -131,7 +131,7 @@ def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
     import re
     import subprocess
 
-    script = Path(__file__).resolve().parent.parent / "recipes" / "an4" / "run.sh"
+    script = Path(__file__).resolve().parents[2] / "recipes" / "an4" / "run.sh"
     result = subprocess.run(
         [
             str(script),

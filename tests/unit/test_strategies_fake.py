@@ -1,5 +1,5 @@
 """The strategies' arithmetic on the in-process fake communicator: N simulated learners as
-threads of this process, no torchrun (the real path: tests/test_distributed.py)."""
+threads of this process, no torchrun (the real path: tests/integration/test_distributed.py)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from asrkit.gmm.config import GmmConfig
 from asrkit.lm import estimate_kneser_ney, write_arpa
 from asrkit.models.checkpoint import build_from_meta, save_checkpoint
 from asrkit.targets import TokenizerConfig, train_tokenizer
-from tests.helpers import SHARED_AN4, run_cli
+from tests.helpers import SHARED_AN4
 
 DICTIONARY = SHARED_AN4 / "etc" / "an4.dic"
 
@@ -131,26 +131,6 @@ def _positive(value: object) -> bool:
     return isinstance(value, int | float) and math.isfinite(value) and value > 0
 
 
-def test_training_figures_are_positive_and_add_up(runs: dict) -> None:
-    result = runs["full"]
-    data = result["training_data"]
-    assert data["utterances"] == 12 and data["aligned"] == 12
-    assert data["audio_s"] == pytest.approx(data["frames"] * 0.01, abs=0.1)
-    assert data["tree_leaves"] > 1 and data["triphone_pdfs"] == data["tree_leaves"]
-    stages = result["training_s"]
-    assert list(stages) == ["lang", "features", "mono", "tree", "triphone", "align", "total"]
-    assert all(_positive(v) for v in stages.values())
-    assert sum(v for k, v in stages.items() if k != "total") <= stages["total"] + 0.005  # rounding
-    per_iter = result["per_iteration"]
-    assert per_iter["mono_s"] == pytest.approx(stages["mono"] / TINY.mono_iters, rel=0.01, abs=0.002)
-    assert per_iter["mono_frames_per_s"] == pytest.approx(data["frames"] / per_iter["mono_s"], rel=0.05)
-    assert _positive(per_iter["triphone_s"]) and _positive(per_iter["triphone_frames_per_s"])
-    assert result["align_rtf"] == pytest.approx(stages["align"] / data["audio_s"], rel=0.05, abs=1e-4)
-    assert result["tree_over_mono_iter"] == pytest.approx(stages["tree"] / per_iter["mono_s"], rel=0.05)
-    assert _positive(result["features_rtf"])
-    assert result["threads"] == 1 and result["gmm"]["mono_iters"] == TINY.mono_iters
-
-
 def test_graphs_are_built_for_both_systems(runs: dict) -> None:
     graphs = runs["full"]["graphs"]
     for name in ("g", "mono", "tri"):
@@ -208,11 +188,3 @@ def test_missing_inputs_are_errors_naming_what_to_run(runs: dict, tmp_path: Path
             exp_dir=tmp_path / "a",
             ctc_exp_dir=tmp_path / "b",
         )
-
-
-def test_cli_names_the_missing_data_dir_in_one_line(tmp_path: Path) -> None:
-    result = run_cli("bench", "hybrid", "--out-dir", str(tmp_path / "out"), cwd=tmp_path)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert "recipes/an4/data/train/wav.scp: not found" in result.stderr
-    assert "run.sh --stop-stage 1" in result.stderr
-    assert not (tmp_path / "out").exists()

@@ -115,7 +115,7 @@ def test_delay_by_one_lr0_preserves_mean_and_reaches_consensus(tmp_path: Path, s
         assert float((after[key] - before[key]).abs().max()) / scale <= 1e-6, key
     # Staleness 0 averages pairs exactly. Staleness 1 with its default weight 1/8 damps a
     # pair's difference critically (~k 2^-k), more slowly across changing pairs; with the
-    # undamped weight 1/2 it would not shrink at all (tests/test_strategy_config.py).
+    # undamped weight 1/2 it would not shrink at all (tests/unit/test_strategy_config.py).
     assert _spread(states) < (0.05 if staleness == 0 else 0.35) * _spread(starts)
 
 

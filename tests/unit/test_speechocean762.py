@@ -14,7 +14,7 @@ import soundfile
 from asrkit.data.audio import load_audio
 from asrkit.data.datadir import read_kaldi_map, validate_data_dir
 from asrkit.errors import DataError
-from tests.helpers import REPO, run_cli, tone
+from tests.helpers import REPO, tone
 
 PREP = REPO / "recipes" / "speechocean762" / "local" / "data_prep.py"
 NUMBERS = ["ZERO", "ONE", "TWO", "THREE", "FOUR", "FIVE"]
@@ -168,33 +168,6 @@ def test_a_quirk_it_cannot_fix_names_the_file_and_line(
     with pytest.raises(DataError, match=message):
         _prep().prepare(corpus, tmp_path / "data", num_dev=2)
     assert not (tmp_path / "data").exists()  # nothing half-written
-
-
-def test_stage_1_prepares_the_test_split_when_asked_and_says_when_it_is_missing(tmp_path: Path) -> None:
-    corpus = make_release(tmp_path / "so762")
-    common = (
-        "run",
-        "--stage",
-        "1",
-        "--stop-stage",
-        "1",
-        "+experiment=speechocean762",
-        f"data.corpus_dir={corpus}",
-        f"data_root={tmp_path / 'data'}",
-        f"exp_dir={tmp_path / 'exp'}",
-        "data.num_dev=2",
-    )
-    missing = run_cli(*common, "data.test_sets=[test]")
-    assert missing.returncode == 2
-    assert missing.stderr.strip().splitlines()[-1].startswith("asrkit: error: ")
-    assert "no such split" in missing.stderr and str(corpus / "test") in missing.stderr
-    assert not (tmp_path / "data").exists()  # checked before anything is written
-    make_release(corpus, "test", speakers={"1027": 37, "1029": 9})
-    done = run_cli(*common, "data.test_sets=[test]")
-    assert done.returncode == 0, done.stderr
-    test = validate_data_dir(tmp_path / "data" / "test")
-    assert sorted(set(test.utt2spk.values())) == ["1027", "1029"]
-    assert read_kaldi_map(tmp_path / "data" / "test" / "spk2group") == {"1027": "adult", "1029": "child"}
 
 
 def test_a_release_style_dir_given_by_path_is_prepared_for_decoding(tmp_path: Path) -> None:

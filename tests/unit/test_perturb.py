@@ -58,7 +58,7 @@ def test_bad_factors_and_invalid_dirs_are_refused(tmp_path: Path) -> None:
     assert "[0.5, 2.0]" in str(err.value)  # both problems in one error
     train = tmp_path / "train"
     make_data_dir(train, utts=2)
-    # Segmented dirs are perturbed (tests/test_segments.py); a broken one is refused as it is.
+    # Segmented dirs are perturbed (tests/unit/test_segments.py); a broken one is refused as it is.
     (train / "segments").write_text("spk1-utt0 rec 0.0 0.2\n")
     before = {p.name: p.read_bytes() for p in train.iterdir() if p.is_file()}
     with pytest.raises(

@@ -1,0 +1,1 @@
+"""Tests that run the command line, a recipe or torchrun learners in subprocesses."""

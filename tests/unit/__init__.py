@@ -1,0 +1,1 @@
+"""Fast in-process tests (the default tier: ``python -m pytest``)."""
