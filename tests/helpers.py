@@ -165,22 +165,24 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
     return lines[0]
 
 
-def tiny_recipe(tmp_path: Path, *extra: str, stop_stage: int = 5) -> subprocess.CompletedProcess:
-    """Stages 2-``stop_stage`` of the recipe on seeded train/train_dev/test dirs of 6
-    utterances each (made on the first call), with the tiny model for 2 epochs (``extra``:
-    more overrides)."""
+def tiny_recipe(
+    tmp_path: Path, *extra: str, stop_stage: int = 5, stage: int = 2, exp: str = "exp"
+) -> subprocess.CompletedProcess:
+    """Stages ``stage``-``stop_stage`` of the recipe on seeded train/train_dev/test dirs of 6
+    utterances each (made on the first call), with the tiny model for 2 epochs, into
+    ``tmp_path/exp`` (``extra``: more overrides)."""
     for i, name in enumerate(("train", "train_dev", "test")):
         if not (tmp_path / "data" / name).is_dir():
             make_data_dir(tmp_path / "data" / name, utts=6, seed=10 * i)
     return run_cli(
         "run",
         "--stage",
-        "2",
+        str(stage),
         "--stop-stage",
         str(stop_stage),
         f"data_root={tmp_path / 'data'}",
         f"feats_root={tmp_path / 'fbank'}",
-        f"exp_dir={tmp_path / 'exp'}",
+        f"exp_dir={tmp_path / exp}",
         "features.nj=1",
         "model=tiny",
         "train.epochs=2",

@@ -9,27 +9,11 @@ from pathlib import Path
 
 from asrkit.data.kaldi_ark import kaldi_io
 from asrkit.targets.alignments import AlignmentCheckConfig, check_alignments, read_alignments
-from tests.helpers import make_data_dir, run_cli
+from tests.helpers import make_data_dir, tiny_recipe
 
 
 def _recipe(tmp_path: Path, exp: str, first: int, last: int, *extra: str):
-    return run_cli(
-        "run",
-        "--stage",
-        str(first),
-        "--stop-stage",
-        str(last),
-        f"data_root={tmp_path / 'data'}",
-        f"feats_root={tmp_path / 'fbank'}",
-        f"exp_dir={tmp_path / exp}",
-        "features.nj=1",
-        "model=tiny",
-        "train.epochs=2",
-        "train.progress=false",
-        "features.num_mel_bins=23",
-        "tokenizer=char",  # the fixtures' words are not in AN4's dictionary
-        *extra,
-    )
+    return tiny_recipe(tmp_path, *extra, stage=first, stop_stage=last, exp=exp)
 
 
 def test_align_ce_training_and_loglikes_stages(tmp_path: Path) -> None:
