@@ -24,6 +24,7 @@ from asrkit.config import AsrkitConfig
 from asrkit.data.datadir import read_frame_shift
 from asrkit.data.io import atomic_write, atomic_writer
 from asrkit.device import pick_device
+from asrkit.distributed.base import write_learner_metrics
 from asrkit.distributed.config import WEIGHT_AVERAGING
 from asrkit.distributed.launch import (
     DistContext,
@@ -31,7 +32,7 @@ from asrkit.distributed.launch import (
     init_process_group,
     shutdown_process_group,
 )
-from asrkit.distributed.strategies import build_hooks
+from asrkit.distributed.strategies import join_torchrun
 from asrkit.errors import ConfigError, TrainingStopped
 from asrkit.features.cmvn import read_cmvn
 from asrkit.loader.batch import CmvnNormalizer
@@ -175,7 +176,7 @@ def _train_learner(
         "objective": cfg.objective,
         "decode_head": objective.decodes_from,
     }
-    hooks = build_hooks(cfg.strategy, dctx, seed=cfg.seed)
+    strategy, comm = join_torchrun(cfg.strategy, dctx, seed=cfg.seed)
     trainer = Trainer(
         model,
         train_set,
@@ -187,7 +188,8 @@ def _train_learner(
         schedule=cfg.schedule,
         specaug=cfg.specaug,
         meta=meta,
-        hooks=hooks,
+        comm=comm,
+        strategy=strategy,
         seed=cfg.seed,
         objective=objective,
         resume=_resume_mode(cfg.resume, restart=dctx.restart),
@@ -198,7 +200,8 @@ def _train_learner(
     )
     try:
         state = trainer.fit()
-        hooks.write_metrics(exp_dir)
+        if dctx.is_main:
+            write_learner_metrics(exp_dir, trainer.learners_summary)
     except BaseException:
         if dctx.world_size > 1 and dist.is_initialized():
             dist.destroy_process_group()  # no barrier: the others may be gone

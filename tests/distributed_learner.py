@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from asrkit.distributed.base import write_learner_metrics
 from asrkit.distributed.config import STRATEGIES, StrategyConfig, strategy_config
 from asrkit.distributed.launch import context_from_env, init_process_group, shutdown_process_group
-from asrkit.distributed.strategies import build_hooks
+from asrkit.distributed.strategies import join_torchrun
 from asrkit.loader.batch import Utterance
 from asrkit.loader.planning import BucketBatches
 from asrkit.models import ModelConfig, build_model
@@ -63,7 +64,7 @@ def make_trainer(
     utts = synthetic_utterances(tokenizer)
     model_cfg = ModelConfig(size="tiny", dropout=0.3 if randomness else -1.0)
     model = build_model(model_cfg, input_dim=DIM, num_tokens=tokenizer.num_tokens)
-    hooks = build_hooks(strategy, ctx, seed=0) if ctx is not None else None
+    chosen, comm = join_torchrun(strategy, ctx, seed=0) if ctx is not None else (None, None)
     specaug = SpecAugConfig(enabled=randomness, freq_width=2, time_width=3)
     return Trainer(
         model,
@@ -84,7 +85,8 @@ def make_trainer(
         schedule=ScheduleConfig(warmup_steps=0, anneal="none"),
         specaug=specaug,
         meta={"model": model.args},
-        hooks=hooks,
+        comm=comm,
+        strategy=chosen,
         seed=0,
         resume=resume,
         resume_key="test",
@@ -112,10 +114,10 @@ def main(argv: list[str]) -> int:
         torch.save(trainer.model.state_dict(), out / "initial.pt")
     if perturb:
         # Different starting points per learner, applied after the strategy syncs them.
-        wrap = trainer.hooks.wrap_model
+        wrap = trainer.strategy.wrap
 
-        def wrap_and_perturb(model):
-            wrapped = wrap(model)
+        def wrap_and_perturb(model, *, resumed):
+            wrapped = wrap(model, resumed=resumed)
             gen = torch.Generator().manual_seed(1000 + ctx.rank)
             with torch.no_grad():
                 for p in model.parameters():
@@ -123,7 +125,7 @@ def main(argv: list[str]) -> int:
             torch.save(model.state_dict(), out / f"start{ctx.rank}.pt")
             return wrapped
 
-        trainer.hooks.wrap_model = wrap_and_perturb
+        trainer.strategy.wrap = wrap_and_perturb  # type: ignore[method-assign]
     trainer.fit()
     if check_validation:
         # The sharded dev figures every learner logged, against this learner scoring the
@@ -140,7 +142,8 @@ def main(argv: list[str]) -> int:
             json.dumps({"sharded": sharded, "alone": alone, "dev_batches": len(batches)})
         )
     if metrics:
-        trainer.hooks.write_metrics(out / "exp")
+        if ctx.is_main:
+            write_learner_metrics(out / "exp", trainer.learners_summary)
     torch.save(trainer.model.state_dict(), out / f"rank{ctx.rank}.pt")
     shutdown_process_group()
     return 0

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import torch
 
+from asrkit.distributed.base import write_learner_metrics
 from asrkit.distributed.config import WEIGHT_AVERAGING, StragglerConfig, strategy_config
 from asrkit.distributed.launch import context_from_env, init_process_group, shutdown_process_group
-from asrkit.distributed.strategies import build_hooks
+from asrkit.distributed.strategies import join_torchrun
 from asrkit.features.cmvn import read_cmvn
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import Tokenizer
@@ -58,7 +59,7 @@ def main(argv: list[str]) -> int:
     model = build_model(
         ModelConfig(size="demo"), input_dim=utts[0].feats.shape[1], num_tokens=tokenizer.num_tokens
     )
-    hooks = build_hooks(strategy, ctx, seed=0)
+    chosen, comm = join_torchrun(strategy, ctx, seed=0)
     trainer = Trainer(
         model,
         utts,
@@ -70,12 +71,13 @@ def main(argv: list[str]) -> int:
         schedule=ScheduleConfig(warmup_steps=0),
         specaug=SpecAugConfig(enabled=False),
         meta={"model": model.args},
-        hooks=hooks,
+        comm=comm,
+        strategy=chosen,
         seed=0,
     )
     state = trainer.fit()
-    hooks.write_metrics(out)
-    if hooks.is_main:
+    if ctx.is_main:
+        write_learner_metrics(out, trainer.learners_summary)
         (out / "history.json").write_text(json.dumps(state.history))
     shutdown_process_group()
     return 0

@@ -3,7 +3,7 @@
 Both sides train the demo-size model from the same initial weights on the same
 length-bucketed batches in the same order, with Adam, CTC loss and gradient
 clipping; SpecAugment is off on both so they do the same arithmetic. asrkit's
-side is :meth:`Trainer.train_epoch` — learning-rate schedule, strategy hooks,
+side is :meth:`Trainer.train_epoch` — learning-rate schedule, strategy points,
 step bookkeeping and the progress bar included. The sides alternate, and each
 keeps its fastest of ``repeats`` passes, which damps a noisy machine.
 """

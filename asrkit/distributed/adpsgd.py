@@ -29,19 +29,32 @@ import logging
 from torch import nn
 
 from asrkit.distributed.averager import PairwiseAverager
-from asrkit.distributed.base import StrategyHooks
-from asrkit.distributed.comm import Communicator
+from asrkit.distributed.base import DistributedStrategy
 from asrkit.distributed.config import AdpsgdConfig
 from asrkit.distributed.flat import add_flat_
-from asrkit.loader.planning import BucketBatches
-from asrkit.loader.sources import UtteranceSource
-from asrkit.training.config import TrainConfig
-from asrkit.training.trainer import TrainState
+from asrkit.distributed.groups import Groups
+from asrkit.loader.planning import Sharding
+from asrkit.training.strategy import TrainState
 
 log = logging.getLogger(__name__)
 
 
-class AdpsgdHooks(StrategyHooks):
+class AveragerProgress:
+    """The global progress (:class:`~asrkit.loader.planning.Progress`) as a learner's
+    averaging thread knows it; nothing was processed before the thread starts."""
+
+    def __init__(self) -> None:
+        self.averager: PairwiseAverager | None = None
+
+    def samples(self) -> float:
+        return self.averager.progress_samples() if self.averager is not None else 0.0
+
+    def paused(self, seconds: float) -> None:
+        if self.averager is not None:
+            self.averager.paused(seconds)
+
+
+class Adpsgd(DistributedStrategy):
     """ADPSGD among all learners.
 
     Resume: every learner saves its own replica at epoch ends; a resumed run continues
@@ -53,26 +66,14 @@ class AdpsgdHooks(StrategyHooks):
     lockstep = False
     cfg: AdpsgdConfig
 
-    def __init__(self, cfg: AdpsgdConfig, comm: Communicator, *, seed: int) -> None:
-        super().__init__(cfg, comm, seed=seed)
-        self.total = 0
+    def __init__(self, cfg: AdpsgdConfig, groups: Groups, *, seed: int) -> None:
+        super().__init__(cfg, groups, seed=seed)
         self._restored_samples: int | None = None
-        # The communication thread's own group, made by every rank before any thread starts.
-        pairs = comm.new_group(backend="gloo")
-        assert pairs is not None
-        self.pairs = pairs
-
-    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *, seed: int) -> BucketBatches:
-        self.total = len(source)
-        return self.own_shard(
-            source, cfg, seed=seed, shards=self.world_size, shard=self.rank, progress=self.global_samples
-        )
-
-    def global_samples(self) -> float:
-        return self.averager.progress_samples() if self.averager is not None else 0.0
-
-    def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:
-        return self.global_samples() / max(1, self.total) * steps_per_epoch
+        assert groups.pairs is not None  # the communication thread's own group
+        self.pairs = groups.pairs
+        # A shard per learner, cycled until all learners together have done an epoch.
+        self.progress = AveragerProgress()
+        self.sharding = Sharding(shards=self.world_size, shard=self.rank, progress=self.progress)
 
     def state_dict(self) -> dict:
         return {"local_samples": self.averager.local_samples if self.averager else 0}
@@ -91,6 +92,7 @@ class AdpsgdHooks(StrategyHooks):
         )
         if self._restored_samples is not None:
             self.averager.restore(self._restored_samples)
+        self.progress.averager = self.averager
         self.averager.start()
         return model
 

@@ -1,10 +1,13 @@
 """The communicator: the collective operations the strategies are written against.
 
-A strategy never calls ``torch.distributed`` itself. It holds a :class:`Communicator`
-for all learners and makes sub-groups from it; the real one,
-:class:`TorchCommunicator`, wraps torch.distributed process groups (learners started by
-torchrun), and :class:`asrkit.distributed.fake.FakeWorld` runs N simulated learners as
-threads of one process, so the averaging arithmetic can be tested in milliseconds.
+Neither the trainer nor a strategy calls ``torch.distributed`` itself. The trainer holds
+a :class:`Communicator` of all learners for its reductions, resume agreement and save
+barriers; the strategies hold the groups :func:`asrkit.distributed.groups.make_groups`
+made. The real one, :class:`TorchCommunicator`, wraps torch.distributed process groups
+(learners started by torchrun); :class:`SoloCommunicator` is a learner alone (every
+collective is the identity); and :class:`asrkit.distributed.fake.FakeWorld` runs N
+simulated learners as threads of one process, so the averaging arithmetic can be tested
+in milliseconds.
 
 Ranks are global, as in torch.distributed: a group lists the global ranks of its
 members, and a pairwise exchange names its partner by global rank. Every learner must
@@ -86,6 +89,41 @@ class Communicator(ABC):
     def data_parallel(self, model: nn.Module) -> nn.Module:
         """``model`` wrapped so that its gradients are averaged over the group during
         ``backward()`` (DDP on torch.distributed)."""
+
+
+class _Done:
+    def wait(self) -> None:
+        return None
+
+
+class SoloCommunicator(Communicator):
+    """A learner alone: sums, broadcasts and gathers of one member are the identity."""
+
+    def __init__(self) -> None:
+        self.rank, self.members = 0, [0]
+
+    def new_group(
+        self, members: Sequence[int] | None = None, *, backend: str | None = "gloo"
+    ) -> SoloCommunicator | None:
+        return SoloCommunicator() if members is None or 0 in members else None
+
+    def all_reduce(self, tensor: torch.Tensor) -> None:
+        pass
+
+    def broadcast(self, tensor: torch.Tensor, src: int) -> None:
+        pass
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def barrier(self) -> Pending:
+        return _Done()
+
+    def exchange(self, tensor: torch.Tensor, partner: int) -> Pending:
+        raise RuntimeError(f"a learner alone has no partner {partner} to exchange with")
+
+    def data_parallel(self, model: nn.Module) -> nn.Module:
+        return model
 
 
 class _Requests:

@@ -219,8 +219,8 @@ class StrategyInfo:
     """One entry of the strategy registry.
 
     Attributes:
-        config: its settings' dataclass (what ``strategy=NAME`` composes; its hooks are
-            :data:`asrkit.distributed.strategies.HOOKS` of this class).
+        config: its settings' dataclass (what ``strategy=NAME`` composes; the class that runs it is
+            :data:`asrkit.distributed.strategies.STRATEGY_CLASSES` of this class).
         summary: one line for help texts.
     """
 

@@ -32,24 +32,24 @@ from collections import deque
 import torch
 from torch import nn
 
-from asrkit.distributed.base import StrategyHooks
-from asrkit.distributed.comm import Communicator, Pending
+from asrkit.distributed.base import DistributedStrategy
+from asrkit.distributed.comm import Pending
 from asrkit.distributed.config import DelayByOneConfig
 from asrkit.distributed.flat import add_flat_, flatten
+from asrkit.distributed.groups import Groups
 from asrkit.distributed.topology import partner_of
-from asrkit.training.trainer import TrainState
+from asrkit.training.strategy import TrainState
 
 
-class DelayByOneHooks(StrategyHooks):
+class DelayByOne(DistributedStrategy):
     """Pairwise averaging each step, merged ``staleness`` steps late."""
 
     cfg: DelayByOneConfig
 
-    def __init__(self, cfg: DelayByOneConfig, comm: Communicator, *, seed: int) -> None:
-        super().__init__(cfg, comm, seed=seed)
-        pairs = comm.new_group(backend="gloo")
-        assert pairs is not None
-        self.pairs = pairs
+    def __init__(self, cfg: DelayByOneConfig, groups: Groups, *, seed: int) -> None:
+        super().__init__(cfg, groups, seed=seed)
+        assert groups.pairs is not None
+        self.pairs = groups.pairs
         #: Exchanges started and not merged yet: (my snapshot, the exchange or its result).
         self.inflight: deque[tuple[torch.Tensor, Pending | torch.Tensor]] = deque()
 

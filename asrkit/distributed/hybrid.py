@@ -19,72 +19,71 @@ import torch
 from torch import nn
 
 from asrkit.distributed.averager import PairwiseAverager
-from asrkit.distributed.base import ProgressBatches, StrategyHooks
-from asrkit.distributed.comm import Communicator
+from asrkit.distributed.base import DistributedStrategy
 from asrkit.distributed.config import HybridConfig
 from asrkit.distributed.flat import add_flat_
-from asrkit.loader.planning import BucketBatches
-from asrkit.loader.sources import UtteranceSource
-from asrkit.training.config import TrainConfig
-from asrkit.training.trainer import TrainState
+from asrkit.distributed.groups import Groups
+from asrkit.loader.planning import Sharding
+from asrkit.training.strategy import TrainState
 
 
-class HybridHooks(StrategyHooks):
+class GroupProgress:
+    """The global progress as a group knows it: its leader's estimate, handed to the
+    members with each step's averaging delta (so all end their epochs on the same step)."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.averager: PairwiseAverager | None = None  # the leader's
+
+    def samples(self) -> float:
+        return self.value
+
+    def paused(self, seconds: float) -> None:
+        if self.averager is not None:
+            self.averager.paused(seconds)
+
+
+class Hybrid(DistributedStrategy):
     """In-group DDP + ADPSGD among group leaders (resumes from epoch ends, as ADPSGD)."""
 
     lockstep = False
     cfg: HybridConfig
 
-    def __init__(self, cfg: HybridConfig, comm: Communicator, *, seed: int) -> None:
-        super().__init__(cfg, comm, seed=seed)
+    def __init__(self, cfg: HybridConfig, groups: Groups, *, seed: int) -> None:
+        super().__init__(cfg, groups, seed=seed)
         size = cfg.group_size
-        self.groups = self.world_size // size
+        self.group_count = self.world_size // size
         self.group_index, self.index_in_group = divmod(self.rank, size)
         self.leader = self.group_index * size
         self.is_leader = self.rank == self.leader
-        # Every rank makes every group, in the same order; it is a member of one of them.
-        intra = [comm.new_group(range(g * size, (g + 1) * size), backend=None) for g in range(self.groups)]
-        group = intra[self.group_index]
-        assert group is not None
-        self.intra = group
-        self.leaders = comm.new_group([g * size for g in range(self.groups)], backend="gloo")
-        self.progress = 0.0
-        self.total = 0
-        self._group_samples = 0
-        self.batches: ProgressBatches | None = None
-        self._restored_leader_samples: int | None = None
-
-    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *, seed: int) -> BucketBatches:
+        assert groups.group is not None  # every learner is in a group
+        self.intra = groups.group
+        self.leaders = groups.leaders
+        self.progress = GroupProgress()
         # The group's shard, batched like SYNC inside the group (1/groups of the global batch).
-        self.total = len(source)
-        self.batches = self.own_shard(
-            source,
-            cfg,
-            seed=seed,
-            shards=self.groups,
-            shard=self.group_index,
-            progress=lambda: self.progress,
+        self.sharding = Sharding(
             rank=self.index_in_group,
-            world=self.cfg.group_size,
+            world=size,
+            shards=self.group_count,
+            shard=self.group_index,
+            progress=self.progress,
         )
-        return self.batches
-
-    def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:
-        return self.progress / max(1, self.total) * steps_per_epoch
+        self._group_samples = 0
+        self._restored_leader_samples: int | None = None
 
     def state_dict(self) -> dict:
         return {
-            "progress": self.progress,
+            "progress": self.progress.value,
             "group_samples": self._group_samples,
             "leader_samples": self.averager.local_samples if self.averager else 0,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.progress, self._group_samples = float(state["progress"]), int(state["group_samples"])
+        self.progress.value, self._group_samples = float(state["progress"]), int(state["group_samples"])
         self._restored_leader_samples = int(state["leader_samples"])
 
     def attach(self, model: nn.Module) -> nn.Module:
-        if self.is_leader and self.groups > 1:
+        if self.is_leader and self.group_count > 1:
             assert self.leaders is not None  # a leader is a member
             self.averager = PairwiseAverager(
                 self.params,
@@ -96,6 +95,7 @@ class HybridHooks(StrategyHooks):
             )
             if self._restored_leader_samples is not None:
                 self.averager.restore(self._restored_leader_samples)
+            self.progress.averager = self.averager
             self.averager.start()
         if self.cfg.group_size == 1:
             return model
@@ -109,12 +109,11 @@ class HybridHooks(StrategyHooks):
             self.intra.broadcast(message, src=self.leader)
             self.wait_s += time.monotonic() - began
         add_flat_(self.params, message[:-1])
-        self.progress = float(message[-1])
+        self.progress.value = float(message[-1])
 
     def after_step(self, model: nn.Module, state: TrainState) -> None:
         super().after_step(model, state)
-        assert self.batches is not None  # made before the first step
-        group_samples = self.batches.last_bucket  # the whole group's batch, not this slice
+        group_samples = state.batch_utts  # the whole group's batch, not this slice
         self._group_samples += group_samples
         if self.averager is not None:
             delta, progress = self.averager.take_pending(), self.averager.progress_samples()
@@ -130,4 +129,4 @@ class HybridHooks(StrategyHooks):
         if self.averager is not None:
             self.averager.finish(self.cfg.timeout_s)
             delta = self.averager.take_pending()
-        self._share_with_group(delta, self.progress)
+        self._share_with_group(delta, self.progress.value)

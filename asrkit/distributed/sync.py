@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from torch import nn
 
-from asrkit.distributed.base import StrategyHooks
+from asrkit.distributed.base import DistributedStrategy
 
 
-class SyncHooks(StrategyHooks):
+class Sync(DistributedStrategy):
     """Gradient averaging over all learners (DDP: communication overlaps the backward
     pass, so its waiting time is not separated: ``comm_wait_s`` is null in the metrics)."""
 
     overlapped_comm = True
 
     def attach(self, model: nn.Module) -> nn.Module:
-        return self.comm.data_parallel(model)
+        return self.groups.data.data_parallel(model)

@@ -1,17 +1,23 @@
 """Planned batches: :class:`BucketBatches` cuts each epoch's batches with the one planner
-(:func:`~asrkit.loader.batch.plan_buckets`), shards global batches among learners, and
-reads them ahead of the training step through :mod:`asrkit.loader.prefetch` (worker
-processes filling shared memory, or threads), each worker through its own reader.
+(:func:`~asrkit.loader.batch.plan_buckets`), shards the training set among learners as a
+:class:`Sharding` says (:func:`shard_batches`), and reads batches ahead of the training
+step through :mod:`asrkit.loader.prefetch` (worker processes filling shared memory, or
+threads), each worker through its own reader.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import random
 from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
+from asrkit.errors import DataError
 from asrkit.loader.batch import Batch, Utterance, plan_buckets
 from asrkit.loader.prefetch import Prefetcher, ReaderPool, can_fork
 from asrkit.loader.sources import UtteranceReader, UtteranceSource, as_source
@@ -141,6 +147,15 @@ class BucketBatches:
     def _read(self, reader: UtteranceReader, bucket: np.ndarray) -> Batch:
         return self.finish(reader.read_batch(self.share(bucket)), bucket)
 
+    def schedule_position(self, step: int) -> float:
+        """Where the learning-rate schedule stands after ``step`` steps of this learner,
+        in steps (learners in lock-step: ``step`` itself)."""
+        return float(step)
+
+    def paused(self, seconds: float) -> None:
+        """Every learner just spent ``seconds`` not training (validating at once, waiting
+        for the others' saves): progress that extrapolates with time leaves it out."""
+
     def largest_batch(self) -> int:
         """Floats in the largest padded feature block of any bucket's share (the size of
         a read-ahead slot)."""
@@ -152,3 +167,135 @@ class BucketBatches:
                     b, t, d = self.source.batch_shape(share)
                     self._largest = max(self._largest, b * t * d)
         return self._largest
+
+
+class Progress(Protocol):
+    """The samples all learners together have processed, as a learner that does not step
+    in lock-step with the others knows it (ADPSGD's and HYBRID's averaging threads)."""
+
+    def samples(self) -> float: ...
+
+    def paused(self, seconds: float) -> None:
+        """Every learner stood still for ``seconds`` (leave them out of extrapolations)."""
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How learners share the training set; :func:`shard_batches` applies it.
+
+    ``shards == 1`` (lock-step: a single process, SYNC, delay-by-one): every learner plans
+    the same global batches and reads its share ``rank::world`` of each, so all take the
+    same steps. ``shards > 1`` (ADPSGD: a shard per learner; HYBRID: a shard per group):
+    the set is cut into ``shards`` disjoint shards (every ``shards``-th utterance); shard
+    ``shard`` is batched with the batch caps divided by ``shards`` (so ``optim.lr`` keeps
+    its meaning for the global batch), its members split each batch ``rank::world``, and
+    it is cycled until ``progress`` says that all learners together have processed the
+    set once more (a global epoch; a fast learner takes more steps).
+    """
+
+    rank: int = 0
+    world: int = 1
+    shards: int = 1
+    shard: int = 0
+    progress: Progress | None = None
+
+    @property
+    def lockstep(self) -> bool:
+        return self.shards == 1
+
+
+class ProgressBatches(BucketBatches):
+    """A shard's own batches, cycled; global epoch ``e`` ends once all learners together
+    have processed ``(e + 1) x`` the training set (``total`` utterances)."""
+
+    def __init__(self, source: UtteranceSource, *, total: int, progress: Progress, **kwargs) -> None:
+        super().__init__(source, **kwargs)
+        self.total, self.progress = total, progress
+
+    def plan(self, epoch: int, *, start: int = 0) -> Iterator[np.ndarray]:
+        # Endless: the consumer stops once the global progress says the epoch is over.
+        # ``start``: batches of this epoch already taken (a learner resumed after a stop).
+        rng = random.Random(self.seed * 100_003 + epoch)
+
+        def endless() -> Iterator[np.ndarray]:
+            while True:
+                order = list(range(len(self.buckets)))
+                if self.shuffle:
+                    rng.shuffle(order)
+                for b in order:
+                    yield self.buckets[b]
+
+        return itertools.islice(endless(), start, None)
+
+    def epoch(self, epoch: int, *, start: int = 0) -> Generator[Batch, None, None]:
+        goal = (epoch + 1) * self.total
+        if self.progress.samples() >= goal:
+            return
+        with contextlib.closing(super().epoch(epoch, start=start)) as batches:  # stops its read-ahead
+            for batch in batches:
+                if self.progress.samples() >= goal:
+                    return
+                yield batch
+
+    def schedule_position(self, step: int) -> float:
+        # Global progress, in this shard's steps per epoch.
+        return self.progress.samples() / max(1, self.total) * len(self)
+
+    def paused(self, seconds: float) -> None:
+        self.progress.paused(seconds)
+
+
+def check_enough(source: UtteranceSource, parts: int) -> None:
+    """Every learner (or group) needs at least one utterance of its own."""
+    if len(source) < parts:
+        raise DataError(
+            f"{len(source)} training utterances cannot be shared among {parts} learners "
+            "or groups; use fewer learners or more data"
+        )
+
+
+def shard_batches(
+    source: UtteranceSource,
+    sharding: Sharding,
+    *,
+    seed: int,
+    max_frames: int,
+    max_batch: int,
+    prefetch: int = 4,
+    workers: int = 1,
+    loader: str = "process",
+) -> BucketBatches:
+    """This learner's training batches under ``sharding``; ``max_frames``/``max_batch``
+    cap the *global* batch (see :class:`Sharding`)."""
+    if sharding.lockstep:
+        if sharding.world > 1:
+            check_enough(source, sharding.world)
+        return BucketBatches(
+            source,
+            seed=seed,
+            rank=sharding.rank,
+            world=sharding.world,
+            max_frames=max_frames,
+            max_batch=max_batch,
+            prefetch=prefetch,
+            workers=workers,
+            loader=loader,
+        )
+    if sharding.progress is None:
+        raise ValueError("sharded batches end their epochs by a global progress: give Sharding.progress")
+    check_enough(source, sharding.shards)
+    parts = sharding.shards
+    return ProgressBatches(
+        source,
+        total=len(source),
+        progress=sharding.progress,
+        indices=range(sharding.shard, len(source), parts),
+        seed=seed + sharding.shard,
+        rank=sharding.rank,
+        world=sharding.world,
+        max_frames=max(1, max_frames // parts),
+        max_batch=max(1, max_batch // parts),
+        prefetch=prefetch,
+        workers=workers,
+        loader=loader,
+    )

@@ -1,4 +1,4 @@
-"""Training: the trainer loop and its hooks, schedules, objectives, resume states.
+"""Training: the trainer loop and the strategy seam, schedules, objectives, resume states.
 
 The data a learner trains on (:mod:`asrkit.loader`) and model files
 (:mod:`asrkit.models.checkpoint`) live with the data and the models, shared with decoding;
@@ -12,8 +12,8 @@ Public API:
       :class:`BucketBatches`, :func:`collate` — normalised features and token targets,
       length-bucketed batches capped by frames, read ahead by background worker
       processes or threads (:mod:`asrkit.loader.prefetch`).
-    - :class:`Trainer`, :class:`TrainHooks`, :class:`TrainState` — the loop and
-      the named hooks distributed strategies implement.
+    - :class:`Trainer`, :class:`Strategy`, :class:`TrainState` — the loop and the
+      six points where a distributed strategy plugs in.
     - :class:`LRSchedule` — warm-up + cosine/exponential annealing by step.
     - :func:`save_checkpoint`, :func:`load_checkpoint`, :func:`load_model_bundle`.
 """
@@ -24,7 +24,8 @@ from asrkit.loader.planning import BucketBatches
 from asrkit.models.checkpoint import load_checkpoint, load_model_bundle, save_checkpoint
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 from asrkit.training.schedule import LRSchedule
-from asrkit.training.trainer import Trainer, TrainHooks, TrainState
+from asrkit.training.strategy import Strategy, TrainState
+from asrkit.training.trainer import Trainer
 
 __all__ = [
     "BucketBatches",
@@ -34,7 +35,7 @@ __all__ = [
     "ScheduleConfig",
     "SpecAugConfig",
     "TrainConfig",
-    "TrainHooks",
+    "Strategy",
     "TrainState",
     "Trainer",
     "collate",

@@ -1,9 +1,13 @@
-"""The training loop and the hooks where distributed strategies plug in.
+"""The training loop.
 
-:class:`Trainer.fit` is the whole loop; a strategy (a :class:`TrainHooks`
-subclass) sees it only at the named hooks: ``wrap_model`` once, then
-``before_step``, ``after_backward``, ``after_step`` every step, ``after_epoch``
-and ``finish``. A single process uses the no-op :class:`TrainHooks`.
+:class:`Trainer.fit` is the whole loop. A distributed strategy sees it only at the six
+points of :class:`~asrkit.training.strategy.Strategy`; what the learners do together
+besides (summing dev figures and stop flags, agreeing on a resume state, waiting for
+each other's saves) goes through the :class:`~asrkit.distributed.comm.Communicator` the
+trainer is handed, and the batches come from the planner
+(:func:`~asrkit.loader.planning.shard_batches`) under the strategy's sharding. A single
+process is a :class:`~asrkit.distributed.comm.SoloCommunicator` and the no-op
+:class:`~asrkit.training.strategy.Strategy`.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ import logging
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +25,10 @@ from torch import nn
 
 from asrkit.choices import resume_mode
 from asrkit.device import pick_device
+from asrkit.distributed.comm import Communicator, Pending, SoloCommunicator
 from asrkit.errors import ConfigError
 from asrkit.loader.batch import Batch, Utterance, chunk_batch
-from asrkit.loader.planning import BucketBatches
+from asrkit.loader.planning import BucketBatches, shard_batches
 from asrkit.loader.prefetch import timed
 from asrkit.loader.sources import UtteranceSource, as_source
 from asrkit.models.checkpoint import save_checkpoint
@@ -43,6 +47,7 @@ from asrkit.training.resume import (
 from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
 from asrkit.training.stop import StopRequest, TrainingStopped
+from asrkit.training.strategy import Strategy, TrainState
 from asrkit.training.threads import ThreadGovernor
 
 log = logging.getLogger(__name__)
@@ -51,116 +56,11 @@ log = logging.getLogger(__name__)
 _METRIC_NAMES = {"loss": "loss", "wer": "WER", "frame_acc": "frame accuracy"}
 
 
-@dataclass
-class TrainState:
-    """Progress of a run: what checkpoints store and hooks may read."""
-
-    epoch: int = 0
-    step: int = 0
-    samples: int = 0
-    history: list[dict[str, float]] = field(default_factory=list)
-    best: dict[str, float] | None = None
-    #: Seconds the training steps of this process waited for their batches, and the
-    #: seconds its training loop ran (both since this process started).
-    data_wait_s: float = 0.0
-    train_s: float = 0.0
-    #: Wall-clock time (``time.time()``) at which this process's first step ended.
-    first_step_time: float | None = None
-
-    @property
-    def data_wait_fraction(self) -> float:
-        return self.data_wait_s / self.train_s if self.train_s > 0 else 0.0
-
-
-class TrainHooks:
-    """Where a distributed strategy plugs into :meth:`Trainer.fit`; all no-ops here.
-
-    Attributes:
-        rank, world_size: this learner and how many there are (1 for a single process).
-    """
-
-    rank: int = 0
-    world_size: int = 1
-    #: Every learner takes the same steps (resume states may be saved mid-epoch).
-    lockstep: bool = True
-    #: Set before ``wrap_model`` when the run continues from a resume state (replicas keep
-    #: their restored weights instead of starting from the main learner's).
-    resumed: bool = False
-
-    @property
-    def is_main(self) -> bool:
-        """The learner that validates, logs and writes checkpoints."""
-        return self.rank == 0
-
-    def make_batches(self, source: UtteranceSource, cfg: TrainConfig, *, seed: int) -> BucketBatches:
-        """This learner's batches (a strategy decides how data is sharded)."""
-        return BucketBatches(source, seed=seed, **loader_settings(cfg))
-
-    def paused(self, seconds: float) -> None:
-        """Every learner just spent ``seconds`` not training (waiting for the others, or all
-        validating at once): progress estimates that extrapolate with time leave it out."""
-
-    def reduce_sums(self, sums: dict[str, float]) -> dict[str, float]:
-        """Sum ``sums`` over all learners (a collective among learners): each validates a
-        share of the dev set."""
-        return sums
-
-    def wrap_model(self, model: nn.Module) -> nn.Module:
-        """Called once; returns the module the loop calls (e.g. a DDP wrapper)."""
-        return model
-
-    def progress_step(self, state: TrainState, steps_per_epoch: int) -> float:
-        """Where the learning-rate schedule stands, in steps (ADPSGD: global progress)."""
-        return float(state.step)
-
-    def before_step(self, state: TrainState) -> None:
-        """Before the forward pass (snapshot weights, inject straggler delays)."""
-
-    def after_backward(self, model: nn.Module, state: TrainState) -> None:
-        """Gradients are ready, not yet clipped or applied (gradient averaging)."""
-
-    def after_step(self, model: nn.Module, state: TrainState) -> None:
-        """Weights updated and ``state.step``/``state.samples`` counted (weight averaging)."""
-
-    def after_epoch(self, model: nn.Module, state: TrainState) -> None:
-        """An epoch ended, before validation."""
-
-    def write_metrics(self, exp_dir: Path) -> None:
-        """Write the strategy's per-learner summary into the experiment dir (main learner)."""
-
-    def wait_for_saves(self) -> None:
-        """Before a learner saves a resume state, and at the end of training: wait until
-        the learners that must have saved their previous state have."""
-
-    def after_resume_save(self) -> None:
-        """A resume state was just saved."""
-
-    def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
-        """The resume position every learner holds (a collective among learners)."""
-        return common_tag([tags])
-
-    def state_dict(self) -> dict[str, Any]:
-        """The strategy's own state for a resume checkpoint (tensors, numbers, strings)."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output; called before ``wrap_model``."""
-
-    def finish(self, model: nn.Module, state: TrainState) -> None:
-        """The last epoch's steps are done, before its validation and checkpoint (final
-        consensus averaging, stopping threads)."""
-
-    def drain(self, model: nn.Module) -> None:
-        """Training stops before its end (a signal): complete and apply the averaging still
-        in flight, so that a resume state can be saved."""
-
-
-def loader_settings(cfg: TrainConfig, *, parts: int = 1) -> dict[str, Any]:
-    """:class:`BucketBatches` size caps and read-ahead from ``cfg``; ``parts`` > 1 divides
-    the global batch caps among learners (or groups) that batch their own shards."""
+def loader_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """The batch planner's size caps (of the global batch) and read-ahead from ``cfg``."""
     return {
-        "max_frames": max(1, cfg.max_frames // parts),
-        "max_batch": max(1, cfg.max_batch // parts),
+        "max_frames": max(1, cfg.max_frames),
+        "max_batch": max(1, cfg.max_batch),
         "prefetch": cfg.prefetch,
         "workers": cfg.loader_workers,
         "loader": cfg.loader,
@@ -194,7 +94,9 @@ class Trainer:
         exp_dir: where ``checkpoints/`` and ``tensorboard/`` go.
         cfg, optim, schedule, specaug: settings.
         meta: saved in every checkpoint (see :mod:`asrkit.models.checkpoint`).
-        hooks: the distributed strategy (default: single process).
+        comm: all learners, for the sums, resume agreement and save barriers (default:
+            a learner alone).
+        strategy: the distributed strategy (default: a single process's).
         seed: seeds batch order and masking.
         objective: the loss and dev metrics (default CTC).
         resume: ``auto`` continues from the newest resume state in ``exp_dir/checkpoints/
@@ -219,7 +121,8 @@ class Trainer:
         schedule: ScheduleConfig,
         specaug: SpecAugConfig,
         meta: dict[str, Any],
-        hooks: TrainHooks | None = None,
+        comm: Communicator | None = None,
+        strategy: Strategy | None = None,
         seed: int = 1,
         objective: Objective | None = None,
         resume: str = "false",
@@ -239,16 +142,20 @@ class Trainer:
                 f"train.chunk_frames={cfg.chunk_frames} and train.chunk_context={cfg.chunk_context} must be "
                 f"multiples of the model's subsampling factor {factor} (model.subsample)"
             )
-        self.hooks = hooks or TrainHooks()
-        self.tokenizer, self.dev, self.is_main = tokenizer, as_source(dev), self.hooks.is_main
+        self.comm = comm or SoloCommunicator()
+        self.strategy = strategy or Strategy()
+        self.rank, self.world_size = self.comm.rank, self.comm.size
+        self.tokenizer, self.dev, self.is_main = tokenizer, as_source(dev), self.rank == 0
         self.dev_texts = self.dev.texts()
         self.exp_dir = Path(exp_dir)
-        self.batches = self.hooks.make_batches(as_source(train), cfg, seed=seed)
+        self.batches = shard_batches(
+            as_source(train), self.strategy.sharding, seed=seed, **loader_settings(cfg)
+        )
         # Every learner scores whole dev batches rank::world (sharded validation).
         self.dev_batches = BucketBatches(
             self.dev,
             shuffle=False,
-            bucket_share=(self.hooks.rank, self.hooks.world_size),
+            bucket_share=(self.rank, self.world_size),
             **loader_settings(cfg),
         )
         for batches in (self.batches, self.dev_batches):
@@ -262,15 +169,22 @@ class Trainer:
         )
         self.state = TrainState()
         # SpecAugment draws per learner, so learners do not mask their utterances alike.
-        self.generator = torch.Generator().manual_seed(seed * 1009 + self.hooks.rank)
+        self.generator = torch.Generator().manual_seed(seed * 1009 + self.rank)
         self._writer = None
         self.last_dev: dict[str, float] = {}
-        self.store = ResumeStore(self.exp_dir / "checkpoints" / "resume", self.hooks.rank)
+        self.store = ResumeStore(self.exp_dir / "checkpoints" / "resume", self.rank)
         self.fault = fault
         self.stop = stop
         self.threads = threads
         #: The batch after which a signal stopped this epoch's steps (None: not stopped).
         self._stopped_after: int | None = None
+        #: The replicas hold restored weights (set by :meth:`restore`).
+        self.resumed = False
+        #: A barrier posted after a save that the next save waits for (learners that are
+        #: not in lock-step: see :meth:`_wait_for_saves`).
+        self._saves_barrier: Pending | None = None
+        #: What the strategy measured of its learners (``learners.json``; None alone).
+        self.learners_summary: dict[str, Any] | None = None
 
     def fit(self) -> TrainState:
         """Train for ``cfg.epochs`` epochs, validating and checkpointing after each
@@ -283,11 +197,11 @@ class Trainer:
             self.batches.start()
             self.dev_batches.start()
             self._fit(start_epoch, start_batch)
-        self.hooks.wait_for_saves()
+        self._wait_for_saves()
         return self.state
 
     def _fit(self, start_epoch: int, start_batch: int) -> None:
-        model = self.hooks.wrap_model(self.model)
+        model = self.strategy.wrap(self.model, resumed=self.resumed)
         for epoch in range(start_epoch, self.cfg.epochs):
             skip = start_batch if epoch == start_epoch else 0
             seconds, waited = self.train_epoch(
@@ -299,10 +213,8 @@ class Trainer:
                 self._stop_in_epoch(epoch, self._stopped_after)
             self.state.epoch = epoch + 1
             last = self.state.epoch == self.cfg.epochs or self._stop_early()
-            if not last:
-                self.hooks.after_epoch(model, self.state)
-            else:
-                self.hooks.finish(model, self.state)  # the last checkpoint holds the final model
+            if last:  # the last checkpoint holds the final model
+                self.learners_summary = self.strategy.finish(model, self.state)
             self._end_epoch(epoch, seconds, waited)
             self.save_resume_state((epoch + 1, 0))
             if last:
@@ -321,11 +233,11 @@ class Trainer:
         collective."""
         if self.stop is None:
             return False
-        if self.hooks.world_size == 1:
+        if self.world_size == 1:
             return self.stop.requested
-        if not (self.hooks.lockstep or collective or self.stop.requested):
+        if not (self.strategy.lockstep or collective or self.stop.requested):
             return False
-        return self.hooks.reduce_sums({"stop": float(self.stop.requested)})["stop"] > 0
+        return self.reduce_sums({"stop": float(self.stop.requested)})["stop"] > 0
 
     def _stop_in_epoch(self, epoch: int, batch: int) -> None:
         """Save where the epoch stands (``batch`` steps done) and raise
@@ -334,16 +246,16 @@ class Trainer:
             where = f"at epoch {epoch + 1}, batch {batch} of {len(self.batches)}"
         else:
             where = f"after the steps of epoch {epoch + 1} of {self.cfg.epochs}"
-        if self.hooks.lockstep:
+        if self.strategy.lockstep:
             self.save_resume_state((epoch, batch))
         else:
             # Learners that average asynchronously stop at their own batches: the averaging
             # in flight is completed and applied (as at the end of training), and each saves
             # its own position under a tag they share, (epoch, 1): after the epoch's start
             # state, before its end.
-            self.hooks.drain(self.model)
+            self.strategy.finish(self.model, self.state, stopped=True)
             self.save_resume_state((epoch, 1), position=(epoch, batch))
-        self.hooks.wait_for_saves()
+        self._wait_for_saves()
         text = f"stopped by {self._signal_name()} {where}; rerun the same command to continue"
         raise TrainingStopped(text, quiet=not self.is_main)
 
@@ -355,7 +267,16 @@ class Trainer:
         do not step in lock-step reach it at different times; all must stop together)."""
         if not self.cfg.max_steps:
             return False
-        return self.hooks.reduce_sums({"capped": float(self._step_cap_reached())})["capped"] > 0
+        return self.reduce_sums({"capped": float(self._step_cap_reached())})["capped"] > 0
+
+    def reduce_sums(self, sums: dict[str, float]) -> dict[str, float]:
+        """``sums`` added up over all learners (a collective: every learner calls it)."""
+        if self.world_size == 1:
+            return sums
+        keys = sorted(sums)
+        values = torch.tensor([sums[k] for k in keys], dtype=torch.float64)
+        self.comm.all_reduce(values)
+        return dict(zip(keys, values.tolist(), strict=True))
 
     def train_epoch(
         self, model: nn.Module, batches: Iterable[Batch], *, epoch: int, first: int = 0
@@ -370,22 +291,23 @@ class Trainer:
         if bar is not None and first:
             bar.update(first)
         began, frames, waited = time.monotonic(), 0, 0.0
-        every = self.cfg.save_every if self.hooks.lockstep else 0
+        every = self.cfg.save_every if self.strategy.lockstep else 0
         stream = timed(iter(batches))
         for index, (batch, wait) in enumerate(stream, start=first + 1):
             waited += wait
-            self.hooks.before_step(self.state)
+            self.strategy.before_step(self.state)
             lr = self._set_lr()
             loss = self.objective.loss(model, self._augment(batch).to(self.device, non_blocking=True))
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            self.hooks.after_backward(model, self.state)
+            self.strategy.after_backward(model, self.state)
             if self.cfg.clip_grad_norm > 0:
                 nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad_norm)
             self.optimizer.step()
             self.state.step += 1
             self.state.samples += len(batch.utts)
-            self.hooks.after_step(model, self.state)
+            self.state.batch_utts = batch.global_utts
+            self.strategy.after_step(model, self.state)
             if self.fault is not None:
                 self.fault.after_step(self.state.step)
             if self.threads is not None:
@@ -401,7 +323,7 @@ class Trainer:
                 break
             # Lock-step learners stop before the epoch's last batch (its end is the next
             # check); the others end epochs by global progress and may go past len().
-            if (not self.hooks.lockstep or index < len(self.batches)) and self._stop_requested():
+            if (not self.strategy.lockstep or index < len(self.batches)) and self._stop_requested():
                 self._stopped_after = index
                 break
         stream.close()  # stops read-ahead threads when the loop ends early
@@ -413,7 +335,7 @@ class Trainer:
         return seconds, waited
 
     def _set_lr(self) -> float:
-        lr = self.schedule(self.hooks.progress_step(self.state, len(self.batches)))
+        lr = self.schedule(self.batches.schedule_position(self.state.step))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
@@ -461,9 +383,9 @@ class Trainer:
         finally:
             if outside_fit:
                 self.dev_batches.close()
-        metrics = self.objective.metrics(self.hooks.reduce_sums(sums))
+        metrics = self.objective.metrics(self.reduce_sums(sums))
         # Every learner validated at once: no training progress was made meanwhile.
-        self.hooks.paused(time.monotonic() - began)
+        self.batches.paused(time.monotonic() - began)
         return metrics
 
     def _end_epoch(self, epoch: int, seconds: float, waited: float) -> None:
@@ -518,7 +440,7 @@ class Trainer:
     def save_resume_state(self, tag: Tag, *, position: Tag | None = None) -> None:
         """This learner's full state at ``position`` = (epoch, next batch), which the
         learners know it by as ``tag`` (the same unless they stopped at different batches)."""
-        self.hooks.wait_for_saves()
+        self._wait_for_saves()
         where = tag if position is None else position
         self.store.save(
             {
@@ -526,12 +448,30 @@ class Trainer:
                 "position": {"epoch": where[0], "batch": where[1]},
                 "tag": {"epoch": tag[0], "batch": tag[1]},
                 "settings": self.resume_key,
-                "world_size": self.hooks.world_size,
+                "world_size": self.world_size,
                 "rng": rng_state(self.generator),
-                "strategy": self.hooks.state_dict(),
+                "strategy": self.strategy.state_dict(),
             }
         )
-        self.hooks.after_resume_save()
+        if not self.strategy.lockstep:
+            self._saves_barrier = self.comm.barrier()
+
+    def _wait_for_saves(self) -> None:
+        """Before a learner saves a resume state, and at the end of training. Learners that
+        are not in lock-step (ADPSGD, HYBRID) save their next state only once every learner
+        has saved its previous one, so none is ever more than one save ahead and the two
+        states each keeps always include one they all hold. The barrier is posted right
+        after a save, so by the next save it has normally completed."""
+        if self._saves_barrier is not None:
+            began = time.monotonic()
+            self._saves_barrier.wait()
+            self._saves_barrier = None
+            self.batches.paused(time.monotonic() - began)
+
+    def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
+        """The newest resume position every learner holds (a collective)."""
+        gathered = self.comm.all_gather_object([list(t) for t in tags])
+        return common_tag([[tuple(t) for t in mine] for mine in gathered])
 
     def restore(self) -> Tag:
         """Load the resume state ``resume`` asks for; returns where training goes on."""
@@ -541,9 +481,9 @@ class Trainer:
         usable = {
             tag: s
             for tag, s in found.items()
-            if s.get("settings") == self.resume_key and s.get("world_size") == self.hooks.world_size
+            if s.get("settings") == self.resume_key and s.get("world_size") == self.world_size
         }
-        tag = self.hooks.agree_on_resume(sorted(usable))
+        tag = self.agree_on_resume(sorted(usable))
         if tag is None:
             where = self.store.directory
             if usable:
@@ -573,8 +513,8 @@ class Trainer:
             history=list(progress["history"]),
             best=progress["best"],
         )
-        self.hooks.load_state_dict(state["strategy"])
-        self.hooks.resumed = True
+        self.strategy.load_state_dict(state["strategy"])
+        self.resumed = True
         if self.is_main:
             log.info(
                 "resuming from %s: epoch %d, batch %d (step %d)",

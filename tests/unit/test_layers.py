@@ -114,3 +114,55 @@ def test_the_loader_sits_above_features_and_targets_and_below_the_rest() -> None
 
 def test_the_choices_are_declared_on_the_ground_floor() -> None:
     assert imports_of(PACKAGE / "choices.py") == set()
+
+
+def test_training_knows_of_distribution_only_the_communicator() -> None:
+    """The trainer reaches the other learners through a Communicator alone; the strategies
+    plug in through asrkit.training.strategy alone."""
+    training = {
+        m
+        for path in (PACKAGE / "training").glob("*.py")
+        for m in imports_of(path)
+        if m.startswith("asrkit.distributed")
+    }
+    assert {m.rsplit(".", 1)[0] if m.count(".") > 2 else m for m in training} <= {"asrkit.distributed.comm"}
+    distributed = {
+        m
+        for path in (PACKAGE / "distributed").glob("*.py")
+        for m in imports_of(path)
+        if m.startswith("asrkit.training")
+    }
+    assert {m.rsplit(".", 1)[0] if m.count(".") > 2 else m for m in distributed} <= {
+        "asrkit.training.strategy"
+    }
+
+
+def test_one_module_makes_every_process_group() -> None:
+    makers = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if any(
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "new_group"
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    # comm.py: the torch.distributed call inside TorchCommunicator.new_group itself.
+    assert makers == ["distributed/comm.py", "distributed/groups.py"]
+
+
+def test_a_strategy_is_six_points() -> None:
+    from asrkit.training.strategy import Strategy
+
+    public = {name for name in vars(Strategy) if not name.startswith("_")}
+    assert public == {
+        "lockstep",
+        "wrap",
+        "before_step",
+        "after_backward",
+        "after_step",
+        "finish",
+        "state_dict",
+        "load_state_dict",
+    }

@@ -4,7 +4,6 @@ threads of this process, no torchrun (the real path: tests/integration/test_dist
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,8 +12,8 @@ from torch import nn
 from asrkit.distributed.config import StrategyConfig, strategy_config
 from asrkit.distributed.fake import FakeCommunicator, FakeWorld, FakeWorldError
 from asrkit.distributed.flat import flatten
-from asrkit.distributed.strategies import build_strategy
-from asrkit.training.trainer import TrainState
+from asrkit.distributed.strategies import join
+from asrkit.training.strategy import TrainState
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -103,9 +102,9 @@ def _mixing_run(cfg: StrategyConfig, learners: int, steps: int) -> tuple[list[to
     """lr 0, different starting weights: (starts, ends, metrics) per learner."""
 
     def learner(comm: FakeCommunicator):
-        hooks = build_strategy(cfg, comm, seed=3)
+        hooks, _ = join(cfg, comm, seed=3)
         model = _model()
-        wrapped = hooks.wrap_model(model)
+        wrapped = hooks.wrap(model, resumed=False)
         _perturb(model, comm.rank)
         start = flatten(list(model.parameters()))
         state = TrainState()
@@ -165,9 +164,9 @@ def test_delay_by_one_follows_its_recurrence(staleness: int) -> None:
     traces: list[list[torch.Tensor]] = [[], []]
 
     def learner(comm: FakeCommunicator):
-        hooks = build_strategy(cfg, comm, seed=0)
+        hooks, _ = join(cfg, comm, seed=0)
         model = _model()
-        wrapped = hooks.wrap_model(model)
+        wrapped = hooks.wrap(model, resumed=False)
         _perturb(model, comm.rank)
         state = TrainState()
         traces[comm.rank].append(flatten(list(model.parameters())))
@@ -199,9 +198,9 @@ def test_sync_gradient_averaging_equals_one_process_on_the_global_batch() -> Non
         return lambda m: ((m(inputs[rows]) - targets[rows]) ** 2).sum() / 4 * 2
 
     def learner(comm: FakeCommunicator):
-        hooks = build_strategy(strategy_config("sync", learners=2), comm, seed=0)
+        hooks, _ = join(strategy_config("sync", learners=2), comm, seed=0)
         model = _model()
-        wrapped = hooks.wrap_model(model)
+        wrapped = hooks.wrap(model, resumed=False)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         state = TrainState()
         for _ in range(3):
@@ -228,12 +227,11 @@ def test_hybrid_groups_stay_identical_while_leaders_mix() -> None:
     inputs, targets = torch.randn(8, 3), torch.randn(8, 2)
 
     def learner(comm: FakeCommunicator):
-        hooks = build_strategy(cfg, comm, seed=0)
+        hooks, _ = join(cfg, comm, seed=0)
         model = _model()
-        wrapped = hooks.wrap_model(model)
-        hooks.batches = SimpleNamespace(last_bucket=2)  # the group's batch (no data needed here)
+        wrapped = hooks.wrap(model, resumed=False)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-        state = TrainState()
+        state = TrainState(batch_utts=2)  # the group's batch (no data needed here)
         rows = slice(comm.rank, 8, 4)
         trace = []
         for _ in range(5):
@@ -258,15 +256,14 @@ def test_hybrid_leaders_mix_the_groups_and_keep_the_mean() -> None:
     cfg = strategy_config("hybrid", learners=4, group_size=2, final_consensus=False, timeout_s=20)
 
     def learner(comm: FakeCommunicator):
-        hooks = build_strategy(cfg, comm, seed=0)
+        hooks, _ = join(cfg, comm, seed=0)
         model = _model()
-        wrapped = hooks.wrap_model(model)
+        wrapped = hooks.wrap(model, resumed=False)
         with torch.no_grad():  # one offset per group, after the initial broadcast
             for p in model.parameters():
                 p.add_(float(comm.rank // 2) * 4.0)
         start = flatten(list(model.parameters()))
-        hooks.batches = SimpleNamespace(last_bucket=2)
-        state = TrainState()
+        state = TrainState(batch_utts=2)
         for _ in range(20):
             _step(hooks, wrapped, state)
             _await_rounds(hooks, state.step)

@@ -157,12 +157,12 @@ def test_only_communication_failures_are_reported_as_such() -> None:
     assert not is_communication_error(RuntimeError("the batch-reading worker process 7 ended"))
 
 
-def test_the_registry_names_classes_each_strategy_has_hooks() -> None:
-    from asrkit.distributed.base import StrategyHooks
-    from asrkit.distributed.strategies import HOOKS
+def test_the_registry_names_classes_each_strategy_has_a_class() -> None:
+    from asrkit.distributed.base import DistributedStrategy
+    from asrkit.distributed.strategies import STRATEGY_CLASSES
 
     multi = {name: info.config for name, info in STRATEGIES.items() if name != "single"}
-    assert set(HOOKS) == set(multi.values())
+    assert set(STRATEGY_CLASSES) == set(multi.values())
     for name, config in multi.items():
-        assert issubclass(HOOKS[config], StrategyHooks), name
+        assert issubclass(STRATEGY_CLASSES[config], DistributedStrategy), name
         assert strategy_config(name).name == name
