@@ -42,6 +42,7 @@ class HybridSettings:
     lattice_beam: float = 8.0
     max_active: int = 7000
     prior_floor: float = 1e-10
+    prior_scale: float = 1.0
     model: str = "model.pt"
     tuned_on: str = ""
 
@@ -69,10 +70,17 @@ class HybridScorer:
     the log priors, repeated back to the alignments' frame rate when the model
     subsamples by ``subsample``."""
 
-    def __init__(self, log_priors: np.ndarray, *, subsample: int = 1, prior_floor: float = 1e-10) -> None:
+    def __init__(
+        self,
+        log_priors: np.ndarray,
+        *,
+        subsample: int = 1,
+        prior_floor: float = 1e-10,
+        prior_scale: float = 1.0,
+    ) -> None:
         self.log_priors = log_priors
         self.subsample = subsample
-        self.prior_floor = prior_floor
+        self.prior_floor, self.prior_scale = prior_floor, prior_scale
 
     def __call__(self, logits: torch.Tensor, num_frames: int) -> np.ndarray:
         from asrkit.decoding.wfst import pdf_log_likelihoods
@@ -80,7 +88,9 @@ class HybridScorer:
         post = logits.float().log_softmax(dim=-1).numpy()
         if self.subsample > 1:
             post = np.repeat(post, self.subsample, axis=0)[:num_frames]
-        return pdf_log_likelihoods(post, self.log_priors, prior_floor=self.prior_floor)
+        return pdf_log_likelihoods(
+            post, self.log_priors, prior_floor=self.prior_floor, prior_scale=self.prior_scale
+        )
 
 
 class HybridRecognizer:
@@ -108,7 +118,12 @@ class HybridRecognizer:
             acoustic_scale=settings.acoustic_scale,
         )
         counts = read_counts(here(settings.counts))
-        self.scorer = HybridScorer(log_priors(counts), subsample=subsample, prior_floor=settings.prior_floor)
+        self.scorer = HybridScorer(
+            log_priors(counts),
+            subsample=subsample,
+            prior_floor=settings.prior_floor,
+            prior_scale=settings.prior_scale,
+        )
 
     def transcribe(self, logits: torch.Tensor, num_frames: int, *, utt: str = "?") -> str:
         lattice = self.decoder.decode_lattice(self.scorer(logits, num_frames), utt=utt)

@@ -50,9 +50,14 @@ _Round = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def pdf_log_likelihoods(
-    log_posteriors: np.ndarray, log_priors: np.ndarray, *, prior_floor: float = 1e-10
+    log_posteriors: np.ndarray,
+    log_priors: np.ndarray,
+    *,
+    prior_floor: float = 1e-10,
+    prior_scale: float = 1.0,
 ) -> np.ndarray:
-    """Scaled likelihoods of a hybrid network: ``log p(x|s) + const = log p(s|x) - log p(s)``.
+    """Scaled likelihoods of a hybrid network: ``log p(x|s) + const = log p(s|x) - log p(s)``,
+    or with the priors weighted, ``log p(s|x) - prior_scale * log p(s)``.
 
     Args:
         log_posteriors: ``(T, P)`` log-softmax outputs over the ``P`` pdfs.
@@ -61,6 +66,7 @@ def pdf_log_likelihoods(
         prior_floor: pdfs with a prior below this (never or hardly ever seen in training) get
             :data:`NEVER` instead, so that a tiny prior cannot make them win (Kaldi nnet1's
             ``--prior-floor``, default 1e-10).
+        prior_scale: the priors' weight (Kaldi nnet1's ``--prior-scale``, default 1).
 
     Returns:
         ``(T, P)`` float32 log-likelihoods for :class:`WfstDecoder`.
@@ -78,7 +84,7 @@ def pdf_log_likelihoods(
         )
     if not prior_floor > 0.0:
         raise ConfigError(f"prior_floor={prior_floor}: must be positive (Kaldi's default is 1e-10)")
-    out = (post - priors.astype(np.float32)[None, :]).astype(np.float32)
+    out = (post - (prior_scale * priors).astype(np.float32)[None, :]).astype(np.float32)
     rare = ~(priors >= math.log(prior_floor))
     if rare.any():
         out[:, rare] = NEVER

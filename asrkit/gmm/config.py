@@ -87,6 +87,9 @@ class WfstConfig:
         prior_floor: a pdf whose prior (its share of the training alignments' frames) is
             below this is never chosen, as in Kaldi's nnet1 (its log-likelihood would
             otherwise get a huge boost from a tiny prior).
+        prior_scale: the weight of the log priors in a hybrid model's scores,
+            ``log p(s|x) - prior_scale * log p(s)`` (Kaldi nnet1's ``--prior-scale``;
+            1 divides by the priors in full, 0 decodes the posteriors themselves).
         nj: decoding jobs (forked processes sharing the graph; Kaldi's ``--nj``).
         graph: the graph dir the hybrid model decodes through (``HCLG.fst``,
             ``words.txt``); empty: the last GMM system's (``gmm/<system>/graph``). A Kaldi
@@ -106,6 +109,7 @@ class WfstConfig:
     self_loop_scale: float = 0.1
     transition_scale: float = 1.0
     prior_floor: float = 1e-10
+    prior_scale: float = 1.0
     nj: int = 2
     graph: str = ""
 
@@ -121,4 +125,8 @@ class WfstConfig:
             problems.append(f"wfst.nj={self.nj}: at least 1 decoding job")
         if not 0 < self.prior_floor < 1:
             problems.append(f"wfst.prior_floor={self.prior_floor}: in (0, 1)")
+        if not 0 <= self.prior_scale <= 1:
+            problems.append(
+                f"wfst.prior_scale={self.prior_scale}: in [0, 1] (1: divide by the priors in full)"
+            )
         raise_all(problems)

@@ -361,7 +361,12 @@ def hybrid_decode(ctx: StageContext) -> None:
     counts = class_counts(read_alignments(source), model.num_classes)
     write_counts(ctx.exp_dir / PRIOR_COUNTS, counts)
     subsample = int(getattr(model, "subsample", 1))
-    scorer = HybridScorer(log_priors(counts), subsample=subsample, prior_floor=ctx.cfg.wfst.prior_floor)
+    scorer = HybridScorer(
+        log_priors(counts),
+        subsample=subsample,
+        prior_floor=ctx.cfg.wfst.prior_floor,
+        prior_scale=ctx.cfg.wfst.prior_scale,
+    )
     timings: dict[str, float] = {}
 
     def hyps_at(name: str, data_dir: Path) -> Callable:
@@ -389,6 +394,7 @@ def hybrid_decode(ctx: StageContext) -> None:
         lattice_beam=cfg.lattice_beam,
         max_active=cfg.max_active,
         prior_floor=cfg.prior_floor,
+        prior_scale=cfg.prior_scale,
         model=ctx.cfg.decode.model,
         tuned_on=tune_target(ctx)[0],
     ).save(ctx.exp_dir)

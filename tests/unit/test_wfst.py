@@ -412,6 +412,13 @@ def test_pdf_log_likelihoods_subtract_priors_and_floor_rare_pdfs() -> None:
     assert (out[:, 2] == NEVER).all()
     with pytest.raises(DataError, match="log-priors of shape"):
         pdf_log_likelihoods(log_post, log_prior[:2])
+    # Weighted priors: 0 leaves the posteriors, 0.5 divides by the priors' square roots; the
+    # floor still looks at the priors themselves.
+    bare = pdf_log_likelihoods(log_post, log_prior, prior_scale=0.0)
+    np.testing.assert_allclose(bare[:, :2], log_post[:, :2], rtol=1e-6)
+    half = pdf_log_likelihoods(log_post, log_prior, prior_scale=0.5)
+    np.testing.assert_allclose(half[:, :2], log_post[:, :2] - 0.5 * log_prior[:2], rtol=1e-6)
+    assert (half[:, 2] == NEVER).all()
 
 
 # --- G, errors, graph dirs -----------------------------------------------------------------------
