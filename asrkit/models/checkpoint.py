@@ -24,13 +24,15 @@ from asrkit.models.lstm import LSTMAcousticModel
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """``torch.save`` to a temporary file beside ``path``, then rename over it."""
+    """``torch.save`` to a temporary file beside ``path``, then rename over it. The same
+    state gives the same bytes (saved through a file object, the archive's inner folder is
+    not named after the random temporary file), so checksums compare models."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
     try:
-        torch.save(state, tmp)
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(state, handle)
         os.replace(tmp, path)
     except BaseException as err:
         with contextlib.suppress(FileNotFoundError):

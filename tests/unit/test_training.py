@@ -167,6 +167,15 @@ def test_checkpoint_round_trip_restores_identical_outputs(tmp_path: Path) -> Non
     assert not list(tmp_path.glob(".*tmp"))
 
 
+def test_the_same_state_saves_to_the_same_bytes(tmp_path: Path) -> None:
+    model = build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=5)
+    state = {"model": model.state_dict(), "meta": {"model": model.args}}
+    save_checkpoint(tmp_path / "a" / "model.pt", state)
+    save_checkpoint(tmp_path / "b" / "model.pt", state)
+    assert (tmp_path / "a" / "model.pt").read_bytes() == (tmp_path / "b" / "model.pt").read_bytes()
+    assert not list(tmp_path.glob("*/.model.pt.*"))  # no temporary file left
+
+
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     from asrkit.errors import DataError
 
