@@ -150,19 +150,3 @@ def test_one_module_makes_every_process_group() -> None:
     )
     # comm.py: the torch.distributed call inside TorchCommunicator.new_group itself.
     assert makers == ["distributed/comm.py", "distributed/groups.py"]
-
-
-def test_a_strategy_is_six_points() -> None:
-    from asrkit.training.strategy import Strategy
-
-    public = {name for name in vars(Strategy) if not name.startswith("_")}
-    assert public == {
-        "lockstep",
-        "wrap",
-        "before_step",
-        "after_backward",
-        "after_step",
-        "finish",
-        "state_dict",
-        "load_state_dict",
-    }

@@ -85,20 +85,21 @@ class Spy(Strategy):
         return object.__getattribute__(self, name)
 
 
+#: What a strategy is: its six points (the state's two methods count as one) and its
+#: lock-step flag.
+POINTS = {"wrap", "before_step", "after_backward", "after_step", "finish", "state_dict", "load_state_dict"}
+
+
+def test_a_strategy_is_its_six_points() -> None:
+    assert {name for name in vars(Strategy) if not name.startswith("_")} == POINTS | {"lockstep"}
+
+
 def test_the_trainer_meets_a_strategy_at_its_six_points_only(tmp_path: Path) -> None:
     spy = Spy()
     trainer = _trainer(tmp_path, strategy=spy)
     spy.read.clear()  # the planner read the sharding when the trainer was built
     trainer.fit()
-    points = {
-        "wrap",
-        "before_step",
-        "after_backward",
-        "after_step",
-        "finish",
-        "state_dict",
-        "load_state_dict",
-    }
+    points = POINTS
     assert set(spy.read) - {"lockstep"} <= points
     steps = trainer.state.step
     calls = [name for name in spy.read if name in points]
