@@ -12,14 +12,21 @@ A second signal stops the process at once, with the signal's default action. One
 ``kill`` of a process group and torchrun's agent passing the same signal on reach a
 learner twice within milliseconds: a signal within :data:`SAME_STOP_S` of the first
 counts as the same request.
+
+A process that is still running :data:`STUCK_AFTER_S` after the request (a hang: a
+learner waiting for a peer or a batch that never comes) prints the stack of every thread
+to stderr, before a launcher's grace period (torchrun's and Slurm's: 30 s) ends in SIGKILL,
+so the log says where it was.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
+import traceback
 from types import FrameType
 from typing import Any
 
@@ -30,6 +37,8 @@ __all__ = ["SAME_STOP_S", "SIGNALS", "STOPPED_EXIT", "StopRequest", "TrainingSto
 #: Seconds after a first signal in which another one is the same request, not a second one.
 SAME_STOP_S = 2.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Seconds after a stop request at which a process still running prints every thread's stack.
+STUCK_AFTER_S = 20.0
 
 
 class StopRequest:
@@ -40,6 +49,8 @@ class StopRequest:
         self._when = 0.0
         self._previous: dict[int, Any] = {}
         self._pid = os.getpid()
+        self._stopped = threading.Event()  # set by restore(): no stacks to print
+        self.stuck_after_s = STUCK_AFTER_S
 
     @property
     def requested(self) -> bool:
@@ -57,6 +68,7 @@ class StopRequest:
         now = time.monotonic()
         if self.signum is None:
             self.signum, self._when = signum, now
+            threading.Thread(target=self._report_if_stuck, name="asrkit-stop-watch", daemon=True).start()
             return
         if now - self._when < SAME_STOP_S:
             return
@@ -64,16 +76,32 @@ class StopRequest:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
+    def _report_if_stuck(self) -> None:
+        if self._stopped.wait(self.stuck_after_s):
+            return
+        print(
+            f"asrkit: process {os.getpid()} is still running {self.stuck_after_s:g} s after "
+            f"{self.name}; where each of its threads is (please report this with the log):",
+            file=sys.stderr,
+            flush=True,
+        )
+        names = {t.ident: t.name for t in threading.enumerate()}
+        for ident, frame in sys._current_frames().items():
+            stack = "".join(traceback.format_stack(frame))
+            print(f"thread {names.get(ident, ident)}:\n{stack}", file=sys.stderr, end="", flush=True)
+
     def install(self) -> bool:
         """Take over SIGINT and SIGTERM (main thread only; elsewhere nothing is changed and
         False is returned)."""
         if threading.current_thread() is not threading.main_thread():
             return False
+        self._stopped.clear()
         for sig in SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
         return True
 
     def restore(self) -> None:
+        self._stopped.set()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
