@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
-import time
 
 import torch
 from torch import nn
@@ -49,7 +47,8 @@ class PairwiseAverager:
         self.pattern, self.seed, self.period, self.check_every = pattern, seed, period, check_every
         self.snapshot = flatten(params)
         self.pending = torch.zeros_like(self.snapshot)
-        self.cond = threading.Condition()
+        self.runtime = comm.runtime
+        self.cond = self.runtime.condition()
         self.local_steps = 0
         self.local_samples = 0
         self.done = False
@@ -61,7 +60,7 @@ class PairwiseAverager:
         self.rounds = 0
         self.wait_s = 0.0
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=f"adpsgd-comm-{self.rank}", daemon=True)
+        self._thread = self.runtime.thread(self._run, name=f"adpsgd-comm-{self.rank}")
 
     def start(self) -> None:
         self._thread.start()
@@ -117,7 +116,7 @@ class PairwiseAverager:
             if self._rate is None:
                 return self.global_samples + own * len(self.members)
             assert self._checked_at is not None  # set with _rate
-            since = max(0.0, time.monotonic() - self._checked_at - self._paused_s)
+            since = max(0.0, self.runtime.now() - self._checked_at - self._paused_s)
             return self.global_samples + max(float(own), self._rate * since)
 
     def finish(self, timeout_s: float) -> None:
@@ -172,19 +171,19 @@ class PairwiseAverager:
         return self.done or self.local_steps >= steps
 
     def _exchange(self, mine: torch.Tensor, partner: int) -> torch.Tensor:
-        began = time.monotonic()
+        began = self.runtime.now()
         theirs = self.comm.exchange(mine, partner).wait()
-        self.wait_s += time.monotonic() - began
+        self.wait_s += self.runtime.now() - began
         return theirs
 
     def _all_done(self) -> bool:
         with self.cond:
             status = torch.tensor([float(self.local_samples), float(self.done)], dtype=torch.float64)
             local = self.local_samples
-        began = time.monotonic()
+        began = self.runtime.now()
         self.comm.all_reduce(status)
-        self.wait_s += time.monotonic() - began
-        now = time.monotonic()
+        self.wait_s += self.runtime.now() - began
+        now = self.runtime.now()
         with self.cond:
             total = float(status[0])
             if self._checked_at is not None and now > self._checked_at and total > self.global_samples:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,7 @@ import torch
 from torch import nn
 
 from asrkit.data.io import atomic_write
-from asrkit.distributed.comm import Communicator
+from asrkit.distributed.comm import REAL, Communicator, Runtime
 from asrkit.distributed.config import AveragingConfig, StragglerConfig, StrategyConfig
 from asrkit.distributed.flat import flatten
 from asrkit.distributed.groups import Groups
@@ -36,20 +35,20 @@ class Straggler:
     waits a random ``[0, max_delay_ms]`` ms.
     """
 
-    def __init__(self, cfg: StragglerConfig, *, rank: int, world_size: int) -> None:
-        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+    def __init__(self, cfg: StragglerConfig, *, rank: int, world_size: int, runtime: Runtime = REAL) -> None:
+        self.cfg, self.rank, self.world_size, self.runtime = cfg, rank, world_size, runtime
         self.slow_rank = cfg.rank if cfg.rank >= 0 else world_size - 1
         self._began = 0.0
         self.delayed_s = 0.0
 
     def start_step(self) -> None:
-        self._began = time.monotonic()
+        self._began = self.runtime.now()
 
     def end_step(self, step: int) -> None:
         cfg = self.cfg
         if cfg.mode == "none" or self.world_size == 1:
             return
-        took = time.monotonic() - self._began
+        took = self.runtime.now() - self._began
         rng = random.Random(cfg.seed * 1_000_003 + step)
         pause = 0.0
         if cfg.mode == "one" and self.rank == self.slow_rank:
@@ -61,7 +60,7 @@ class Straggler:
                 0.0, cfg.max_delay_ms / 1000.0
             )
         if pause > 0:
-            time.sleep(pause)
+            self.runtime.sleep(pause)
             self.delayed_s += pause
 
 
@@ -97,16 +96,19 @@ class DistributedStrategy(Strategy):
         super().__init__()
         self.cfg, self.groups, self.seed = cfg, groups, seed
         self.world = groups.world  # starting broadcast, metrics, consensus
+        self.runtime = self.world.runtime
         self.rank, self.world_size = self.world.rank, self.world.size
         self.is_main = self.rank == 0
         self.sharding = Sharding(rank=self.rank, world=self.world_size)
-        self.straggler = Straggler(cfg.straggler, rank=self.rank, world_size=self.world_size)
+        self.straggler = Straggler(
+            cfg.straggler, rank=self.rank, world_size=self.world_size, runtime=self.runtime
+        )
         self.params: list[nn.Parameter] = []
         #: ADPSGD's averaging thread (ADPSGD, HYBRID's leaders).
         self.averager: PairwiseAverager | None = None
         self.wait_s = 0.0  # communication waits outside the averager
         self.rounds = 0  # averagings outside the averager
-        self._began = time.monotonic()
+        self._began = self.runtime.now()
         # Steady-state window: from the end of this learner's first step (after start-up and
         # warm-up) to the end of its last; wall-clock time, comparable across learners.
         self._first_step_end: float | None = None
@@ -166,12 +168,12 @@ class DistributedStrategy(Strategy):
 
     def after_step(self, model: nn.Module, state: TrainState) -> None:
         self.straggler.end_step(state.step)
-        self._last_step_end = time.time()
+        self._last_step_end = self.runtime.wall()
         if self._first_step_end is None:
             self._first_step_end, self._first_step_samples = self._last_step_end, state.samples
 
     def learner_metrics(self, state: TrainState) -> dict[str, Any]:
-        wall = time.monotonic() - self._began
+        wall = self.runtime.now() - self._began
         return {
             "rank": self.rank,
             "steps": state.step,

@@ -9,6 +9,11 @@ collective is the identity); and :class:`asrkit.distributed.fake.FakeWorld` runs
 simulated learners as threads of one process, so the averaging arithmetic can be tested
 in milliseconds.
 
+A communicator also carries the :class:`Runtime` its learners live in: the machine's clock
+and threads, or a simulator's virtual clock (:mod:`asrkit.sim`). Strategies and the
+trainer read time, start threads and make conditions through it, so the same strategy
+code runs for real and simulated.
+
 Ranks are global, as in torch.distributed: a group lists the global ranks of its
 members, and a pairwise exchange names its partner by global rank. Every learner must
 create every group, in the same order (torch requires it), even groups it is not in.
@@ -17,14 +22,44 @@ create every group, in the same order (torch requires it), even groups it is not
 from __future__ import annotations
 
 import datetime
+import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+
+class Runtime:
+    """Time and threads for learners: the machine's (this class; :data:`REAL`), or virtual
+    ones (:class:`asrkit.sim.runtime.ClockRuntime`)."""
+
+    def now(self) -> float:
+        """Monotonic seconds (durations, rates)."""
+        return time.monotonic()
+
+    def wall(self) -> float:
+        """Seconds since the epoch (comparable across learners)."""
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def condition(self) -> Any:
+        """A ``threading.Condition`` (``with``, ``wait_for``, ``notify_all``)."""
+        return threading.Condition()
+
+    def thread(self, target: Callable[[], None], *, name: str) -> Any:
+        """An unstarted daemon thread (``start``, ``join(timeout)``, ``is_alive``)."""
+        return threading.Thread(target=target, name=name, daemon=True)
+
+
+#: The machine's runtime.
+REAL = Runtime()
 
 
 class Pending(Protocol):
@@ -44,6 +79,7 @@ class Communicator(ABC):
 
     rank: int
     members: list[int]
+    runtime: Runtime = REAL
 
     @property
     def size(self) -> int:

@@ -26,7 +26,6 @@ the learners is preserved exactly for every ``w``.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 
 import torch
@@ -66,9 +65,9 @@ class DelayByOne(DistributedStrategy):
         """Complete the ``i``-th exchange in flight (counting the wait); its partner's tensor."""
         mine, theirs = self.inflight[i]
         if not isinstance(theirs, torch.Tensor):
-            began = time.monotonic()
+            began = self.runtime.now()
             theirs = theirs.wait()
-            self.wait_s += time.monotonic() - began
+            self.wait_s += self.runtime.now() - began
             self.inflight[i] = (mine, theirs)
         return theirs
 

@@ -13,8 +13,6 @@ is ADPSGD (every learner its own group).
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
 
@@ -105,9 +103,9 @@ class Hybrid(DistributedStrategy):
         """Leader -> group: the averaging delta and the global progress; all apply the delta."""
         message = torch.cat([delta, torch.tensor([progress], dtype=delta.dtype)])
         if self.cfg.group_size > 1:
-            began = time.monotonic()
+            began = self.runtime.now()
             self.intra.broadcast(message, src=self.leader)
-            self.wait_s += time.monotonic() - began
+            self.wait_s += self.runtime.now() - began
         add_flat_(self.params, message[:-1])
         self.progress.value = float(message[-1])
 

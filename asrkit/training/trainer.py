@@ -368,7 +368,7 @@ class Trainer:
         Every learner scores its share of the dev batches (``rank::world``) with its own
         replica and the sums are added up, so no learner waits while another validates.
         """
-        began = time.monotonic()
+        began = self.comm.runtime.now()
         self.model.eval()
         pool = self.dev_batches.pool
         outside_fit = pool is not None and not pool.started  # fit() starts and stops it
@@ -385,7 +385,7 @@ class Trainer:
                 self.dev_batches.close()
         metrics = self.objective.metrics(self.reduce_sums(sums))
         # Every learner validated at once: no training progress was made meanwhile.
-        self.batches.paused(time.monotonic() - began)
+        self.batches.paused(self.comm.runtime.now() - began)
         return metrics
 
     def _end_epoch(self, epoch: int, seconds: float, waited: float) -> None:
@@ -463,10 +463,10 @@ class Trainer:
         states each keeps always include one they all hold. The barrier is posted right
         after a save, so by the next save it has normally completed."""
         if self._saves_barrier is not None:
-            began = time.monotonic()
+            began = self.comm.runtime.now()
             self._saves_barrier.wait()
             self._saves_barrier = None
-            self.batches.paused(time.monotonic() - began)
+            self.batches.paused(self.comm.runtime.now() - began)
 
     def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
         """The newest resume position every learner holds (a collective)."""

@@ -6,6 +6,7 @@ import pytest
 
 from asrkit.config import compose, to_object
 from asrkit.distributed.base import Straggler, steady_rate
+from asrkit.distributed.comm import Runtime
 from asrkit.distributed.config import (
     STRATEGIES,
     DelayByOneConfig,
@@ -71,32 +72,43 @@ def test_every_strategy_config_composes_from_the_command_line() -> None:
         compose(["strategy=hybrid", "strategy.group_size=3"])
 
 
-def test_one_slow_learner_sleeps_factor_minus_one_times_its_step(monkeypatch) -> None:
-    slept: list[float] = []
-    monkeypatch.setattr("asrkit.distributed.base.time.sleep", slept.append)
-    clock = iter([10.0, 10.5, 20.0, 20.5])
-    monkeypatch.setattr("asrkit.distributed.base.time.monotonic", lambda: next(clock))
+class _Runtime(Runtime):
+    """A runtime whose clock reads ``times`` in turn and whose sleeps are recorded."""
+
+    def __init__(self, times: list[float]) -> None:
+        self.times, self.slept = iter(times), []
+
+    def now(self) -> float:
+        return next(self.times)
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+def test_one_slow_learner_sleeps_factor_minus_one_times_its_step() -> None:
     cfg = StragglerConfig(mode="one", factor=3.0)
-    slow, fast = Straggler(cfg, rank=3, world_size=4), Straggler(cfg, rank=0, world_size=4)
+    slow_rt, fast_rt = _Runtime([10.0, 10.5]), _Runtime([20.0, 20.5])
+    slow = Straggler(cfg, rank=3, world_size=4, runtime=slow_rt)
+    fast = Straggler(cfg, rank=0, world_size=4, runtime=fast_rt)
     slow.start_step()
     slow.end_step(0)
     fast.start_step()
     fast.end_step(0)
-    assert slept == [pytest.approx(1.0)] and slow.delayed_s == pytest.approx(1.0)
+    assert slow_rt.slept == [pytest.approx(1.0)] and slow.delayed_s == pytest.approx(1.0)
+    assert fast_rt.slept == [] and fast.delayed_s == 0.0
 
 
-def test_random_straggler_is_one_learner_per_step_agreed_by_all(monkeypatch) -> None:
-    slept: list[int] = []
-    monkeypatch.setattr("asrkit.distributed.base.time.monotonic", lambda: 5.0)
+def test_random_straggler_is_one_learner_per_step_agreed_by_all() -> None:
     cfg = StragglerConfig(mode="random", factor=2.0, seed=7)
     picked = set()
     for step in range(30):
-        slept.clear()
+        slept = []
         for rank in range(4):
-            s = Straggler(cfg, rank=rank, world_size=4)
-            s._began = 4.0  # every step "took" one second
-            monkeypatch.setattr("asrkit.distributed.base.time.sleep", lambda t, rank=rank: slept.append(rank))
+            runtime = _Runtime([4.0, 5.0])  # every step "took" one second
+            s = Straggler(cfg, rank=rank, world_size=4, runtime=runtime)
+            s.start_step()
             s.end_step(step)
+            slept += [rank] * len(runtime.slept)
         assert len(slept) == 1  # exactly one learner is slow in each step
         picked.add(slept[0])
     assert len(picked) > 1  # and it is not always the same one
