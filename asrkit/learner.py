@@ -15,7 +15,9 @@ import dataclasses
 import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,6 +27,7 @@ from asrkit.data.datadir import read_frame_shift
 from asrkit.data.io import atomic_write, atomic_writer
 from asrkit.device import pick_device
 from asrkit.distributed.base import write_learner_metrics
+from asrkit.distributed.comm import Communicator
 from asrkit.distributed.config import WEIGHT_AVERAGING
 from asrkit.distributed.launch import (
     DistContext,
@@ -44,14 +47,15 @@ from asrkit.models.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from asrkit.models.lstm import build_model, model_args
+from asrkit.models.lstm import LSTMAcousticModel, ModelConfig, build_model, model_args
 from asrkit.targets.alignments import check_alignments, read_alignments
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.allocator import retain_freed_memory
 from asrkit.training.config import TrainConfig
-from asrkit.training.objectives import build_objective
+from asrkit.training.objectives import Objective, build_objective
 from asrkit.training.resume import FaultInjection
 from asrkit.training.stop import StopRequest
+from asrkit.training.strategy import Strategy, TrainState
 from asrkit.training.threads import ThreadGovernor
 from asrkit.training.trainer import Trainer
 
@@ -107,6 +111,93 @@ def _train_learner(
     # Per-learner RNG (dropout) so learners do not draw identical masks; the initial
     # weights are rank 0's for every strategy (broadcast), so they do not depend on it.
     torch.manual_seed(cfg.seed + dctx.rank)
+    parts = prepare_learner(cfg, data_root=data_root, exp_dir=exp_dir, log_it=dctx.is_main)
+    model = parts.new_model(log_it=dctx.is_main)
+    if dctx.is_main:
+        parts.log_summary(model, learners=dctx.world_size)
+    strategy, comm = join_torchrun(cfg.strategy, dctx, seed=cfg.seed)
+    trainer = build_trainer(
+        cfg,
+        parts,
+        model,
+        exp_dir=exp_dir,
+        comm=comm,
+        strategy=strategy,
+        resume=_resume_mode(cfg.resume, restart=dctx.restart),
+        resume_key=resume_key,
+        fault=FaultInjection.parse(dctx.fault_kill, rank=dctx.rank, restart=dctx.restart),
+        stop=stop,
+        threads=_thread_governor(cfg.train),
+    )
+    try:
+        state = trainer.fit()
+        if dctx.is_main:
+            write_learner_metrics(exp_dir, trainer.learners_summary)
+    except BaseException:
+        if dctx.world_size > 1 and dist.is_initialized():
+            dist.destroy_process_group()  # no barrier: the others may be gone
+        raise
+    if dctx.world_size > 1:
+        shutdown_process_group()
+    if dctx.is_main:
+        write_final_model(cfg, state, exp_dir, learners=dctx.world_size)
+
+
+@dataclass
+class LearnerParts:
+    """What every learner of a run shares: the data (metadata, or in memory), the
+    tokenizer, the objective and the model's settings (:func:`prepare_learner`)."""
+
+    cfg: AsrkitConfig
+    train_set: UtteranceSource
+    dev_set: UtteranceSource
+    tokenizer: Tokenizer
+    model_cfg: ModelConfig
+    objective: Objective
+    #: The checkpoints' ``meta`` but for the model's own arguments (:meth:`meta_for`).
+    meta: dict[str, Any]
+    frame_shift: tuple[float, float]
+
+    def meta_for(self, model: LSTMAcousticModel) -> dict[str, Any]:
+        """What checkpoints of ``model`` carry to rebuild and use it without a config."""
+        return {"model": model.args, **self.meta}
+
+    def new_model(self, *, log_it: bool = False) -> LSTMAcousticModel:
+        """A freshly initialised model (from the global RNG; ``train.init_from`` copied in)."""
+        cfg = self.cfg
+        model = build_model(self.model_cfg, input_dim=cfg.features.dim, num_tokens=self.tokenizer.num_tokens)
+        if cfg.train.init_from:
+            copied = init_from(model, cfg.train.init_from)
+            if log_it:
+                log.info(
+                    "initialised %d of %d parameter tensors from %s",
+                    len(copied),
+                    len(model.state_dict()),
+                    cfg.train.init_from,
+                )
+        return model
+
+    def log_summary(self, model: LSTMAcousticModel, *, learners: int) -> None:
+        cfg = self.cfg
+        log.info(
+            "model: %s size, %.2fM parameters; %d train / %d dev utterances (%.1f / %.1f "
+            "hours, %s); strategy %s with %d learner(s)",
+            cfg.model.size,
+            sum(p.numel() for p in model.parameters()) / 1e6,
+            len(self.train_set),
+            len(self.dev_set),
+            _hours(self.train_set, self.frame_shift[0]),
+            _hours(self.dev_set, self.frame_shift[1]),
+            "in memory" if cfg.train.in_memory else f"streamed, {cfg.train.prefetch} batches read ahead",
+            cfg.strategy.name,
+            learners,
+        )
+
+
+def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it: bool) -> LearnerParts:
+    """Open the training and dev sets (with frame targets for CE; read into memory with
+    ``train.in_memory``), check the tokenizer, and settle the model's and objective's
+    settings. ``log_it``: this learner reports (the main one)."""
     tokenizer = Tokenizer(exp_dir / "tokenizer")
     if (tokenizer.kind == "phone") != (cfg.tokenizer.kind == "phone"):
         # e.g. a tokenizer dir copied from another experiment: its units are not the config's.
@@ -119,7 +210,7 @@ def _train_learner(
     if cfg.features.cmvn == "global":
         # The training set's stats normalise every set, and travel with the model.
         stats = read_cmvn(train_dir / "cmvn_global.ark")  # a clear error when it is missing
-        if dctx.is_main:
+        if log_it:
             with atomic_writer(exp_dir / "cmvn_global.ark", "wb") as out:
                 out.write((train_dir / "cmvn_global.ark").read_bytes())
     normalize = CmvnNormalizer(cfg.features.cmvn, global_stats=stats, norm_vars=cfg.features.norm_vars)
@@ -133,42 +224,17 @@ def _train_learner(
     model_cfg, token_classes = cfg.model, False
     if cfg.objective == "ce":
         train_set, num_classes, token_classes = _with_alignments(
-            cfg, exp_dir, train_set, "train", num_classes=cfg.model.num_classes, log_it=dctx.is_main
+            cfg, exp_dir, train_set, "train", num_classes=cfg.model.num_classes, log_it=log_it
         )
         model_cfg = dataclasses.replace(cfg.model, num_classes=num_classes)
     if cfg.train.in_memory:
         train_set, dev_set = InMemorySource(train_set.read_all()), InMemorySource(dev_set.read_all())
-    model = build_model(model_cfg, input_dim=dim, num_tokens=tokenizer.num_tokens)
-    if cfg.train.init_from:
-        copied = init_from(model, cfg.train.init_from)
-        if dctx.is_main:
-            log.info(
-                "initialised %d of %d parameter tensors from %s",
-                len(copied),
-                len(model.state_dict()),
-                cfg.train.init_from,
-            )
     if cfg.objective == "ce":
         dev_set, _, _ = _with_alignments(
-            cfg, exp_dir, dev_set, "dev", num_classes=model.num_classes, log_it=dctx.is_main
-        )
-    if dctx.is_main:
-        log.info(
-            "model: %s size, %.2fM parameters; %d train / %d dev utterances (%.1f / %.1f "
-            "hours, %s); strategy %s with %d learner(s)",
-            cfg.model.size,
-            sum(p.numel() for p in model.parameters()) / 1e6,
-            len(train_set),
-            len(dev_set),
-            _hours(train_set, read_frame_shift(train_dir)),
-            _hours(dev_set, read_frame_shift(dev_dir)),
-            "in memory" if cfg.train.in_memory else f"streamed, {cfg.train.prefetch} batches read ahead",
-            cfg.strategy.name,
-            dctx.world_size,
+            cfg, exp_dir, dev_set, "dev", num_classes=model_cfg.num_classes, log_it=log_it
         )
     objective = build_objective(cfg.objective, token_classes=token_classes)
     meta = {
-        "model": model.args,
         "features": dataclasses.asdict(cfg.features),
         "cmvn": cfg.features.cmvn,
         "tokenizer": "tokenizer",
@@ -176,43 +242,64 @@ def _train_learner(
         "objective": cfg.objective,
         "decode_head": objective.decodes_from,
     }
-    strategy, comm = join_torchrun(cfg.strategy, dctx, seed=cfg.seed)
-    trainer = Trainer(
-        model,
+    return LearnerParts(
+        cfg,
         train_set,
         dev_set,
-        tokenizer=tokenizer,
+        tokenizer,
+        model_cfg,
+        objective,
+        meta,
+        (read_frame_shift(train_dir), read_frame_shift(dev_dir)),
+    )
+
+
+def build_trainer(
+    cfg: AsrkitConfig,
+    parts: LearnerParts,
+    model: LSTMAcousticModel,
+    *,
+    exp_dir: Path,
+    comm: Communicator,
+    strategy: Strategy,
+    resume: str = "false",
+    resume_key: str = "",
+    fault: FaultInjection | None = None,
+    stop: StopRequest | None = None,
+    threads: ThreadGovernor | None = None,
+    resume_states: bool = True,
+) -> Trainer:
+    """One learner's :class:`~asrkit.training.trainer.Trainer` over ``parts``."""
+    return Trainer(
+        model,
+        parts.train_set,
+        parts.dev_set,
+        tokenizer=parts.tokenizer,
         exp_dir=exp_dir,
         cfg=cfg.train,
         optim=cfg.optim,
         schedule=cfg.schedule,
         specaug=cfg.specaug,
-        meta=meta,
+        meta=parts.meta_for(model),
         comm=comm,
         strategy=strategy,
         seed=cfg.seed,
-        objective=objective,
-        resume=_resume_mode(cfg.resume, restart=dctx.restart),
-        fault=FaultInjection.parse(dctx.fault_kill, rank=dctx.rank, restart=dctx.restart),
+        objective=parts.objective,
+        resume=resume,
+        fault=fault,
         stop=stop,
-        threads=_thread_governor(cfg.train),
+        threads=threads,
         resume_key=resume_key,
+        resume_states=resume_states,
     )
-    try:
-        state = trainer.fit()
-        if dctx.is_main:
-            write_learner_metrics(exp_dir, trainer.learners_summary)
-    except BaseException:
-        if dctx.world_size > 1 and dist.is_initialized():
-            dist.destroy_process_group()  # no barrier: the others may be gone
-        raise
-    if dctx.world_size > 1:
-        shutdown_process_group()
-    if not dctx.is_main:
-        return
+
+
+def write_final_model(cfg: AsrkitConfig, state: TrainState, exp_dir: Path, *, learners: int) -> None:
+    """The main learner's last act: ``model.pt`` (the best or averaged checkpoint) and
+    ``train_summary.json``."""
     # Replicas of the averaging strategies differ until the final consensus average, so
     # their model is the last epoch's (the consensus); otherwise the best dev epoch's.
-    averaged = dctx.world_size > 1 and cfg.strategy.name in WEIGHT_AVERAGING
+    averaged = learners > 1 and cfg.strategy.name in WEIGHT_AVERAGING
     ckpt_dir, last = exp_dir / "checkpoints", state.epoch
     averaging = min(cfg.train.average_last, last)  # a shorter run averages all its epochs
     if averaging > 1:
@@ -229,7 +316,7 @@ def _train_learner(
         json.dumps(
             {
                 "strategy": cfg.strategy.name,
-                "learners": dctx.world_size,
+                "learners": learners,
                 "steps": state.step,
                 "data_wait_s": round(state.data_wait_s, 3),
                 "train_s": round(state.train_s, 3),

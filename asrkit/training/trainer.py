@@ -106,6 +106,8 @@ class Trainer:
             another key are not resumed from.
         threads: adapts the intra-op threads to a busy CPU between steps
             (``train.adapt_threads``).
+        resume_states: save resume states (off: the simulator's learners, whose run is
+            resumed whole; epoch checkpoints are saved either way).
     """
 
     def __init__(
@@ -130,8 +132,10 @@ class Trainer:
         fault: FaultInjection | None = None,
         stop: StopRequest | None = None,
         threads: ThreadGovernor | None = None,
+        resume_states: bool = True,
     ) -> None:
         self.resume, self.resume_key = resume_mode(resume), resume_key
+        self.resume_states = resume_states
         self.cfg, self.specaug, self.meta, self.seed = cfg, specaug, meta, seed
         self.objective = objective or CtcObjective()
         self.device = pick_device(cfg.device)
@@ -440,6 +444,8 @@ class Trainer:
     def save_resume_state(self, tag: Tag, *, position: Tag | None = None) -> None:
         """This learner's full state at ``position`` = (epoch, next batch), which the
         learners know it by as ``tag`` (the same unless they stopped at different batches)."""
+        if not self.resume_states:
+            return
         self._wait_for_saves()
         where = tag if position is None else position
         self.store.save(
