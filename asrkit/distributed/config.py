@@ -115,10 +115,19 @@ class StrategyConfig:
 
 @dataclass
 class SyncConfig(StrategyConfig):
-    """``strategy=sync``: nothing beyond the common settings."""
+    """``strategy=sync``.
+
+    Attributes:
+        ordered_sum: add the learners' gradients in rank order (each gathers all, then
+            sums) instead of the backend's all-reduce, whose order of addition depends on
+            its algorithm (gloo's ring starts each chunk at another learner). The result
+            is then bitwise the same on any backend and in the simulator; the price is
+            ``learners`` x the all-reduce's traffic into each learner.
+    """
 
     name: str = "sync"
     learners: int = 2
+    ordered_sum: bool = False
 
 
 @dataclass

@@ -218,8 +218,8 @@ class FakeCommunicator(Communicator):
         what = f"learner {self.rank}: exchange with {partner} on group {self.group or 'world'}"
         return _Later(lambda: self.world.receive((self.group, partner, self.rank), what))
 
-    def data_parallel(self, model: nn.Module) -> nn.Module:
-        return _AveragedGradients(model, self)
+    def data_parallel(self, model: nn.Module, *, ordered_sum: bool = False) -> nn.Module:
+        return _AveragedGradients(model, self)  # adds in rank order either way
 
 
 class _AveragedGradients(nn.Module):

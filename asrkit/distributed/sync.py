@@ -14,6 +14,7 @@ from __future__ import annotations
 from torch import nn
 
 from asrkit.distributed.base import DistributedStrategy
+from asrkit.distributed.config import SyncConfig
 
 
 class Sync(DistributedStrategy):
@@ -21,6 +22,7 @@ class Sync(DistributedStrategy):
     pass, so its waiting time is not separated: ``comm_wait_s`` is null in the metrics)."""
 
     overlapped_comm = True
+    cfg: SyncConfig
 
     def attach(self, model: nn.Module) -> nn.Module:
-        return self.groups.data.data_parallel(model)
+        return self.groups.data.data_parallel(model, ordered_sum=self.cfg.ordered_sum)

@@ -206,8 +206,8 @@ class SimCommunicator(Communicator):
 
         return _Waiting(event, received)
 
-    def data_parallel(self, model: nn.Module) -> nn.Module:
-        return _SimDataParallel(model, self)
+    def data_parallel(self, model: nn.Module, *, ordered_sum: bool = False) -> nn.Module:
+        return _SimDataParallel(model, self)  # adds in rank order either way
 
 
 class _SimDataParallel(nn.Module):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -294,7 +293,8 @@ class Trainer:
         bar = self._progress(epoch)
         if bar is not None and first:
             bar.update(first)
-        began, frames, waited = time.monotonic(), 0, 0.0
+        clock = self.comm.runtime  # the machine's, or a simulator's virtual one
+        began, frames, waited = clock.now(), 0, 0.0
         every = self.cfg.save_every if self.strategy.lockstep else 0
         stream = timed(iter(batches))
         for index, (batch, wait) in enumerate(stream, start=first + 1):
@@ -319,9 +319,10 @@ class Trainer:
             if every and index % every == 0 and index < len(self.batches):
                 self.save_resume_state((epoch, index))
             frames += batch.frames
-            elapsed = time.monotonic() - began
+            elapsed = clock.now() - began
             if self.state.first_step_time is None:
-                self.state.first_step_time = time.time()
+                self.state.first_step_time = clock.wall()
+            elapsed = max(elapsed, 1e-9)
             self._log_step(bar, loss.item(), lr, frames / elapsed, waited / elapsed)
             if self._step_cap_reached():
                 break
@@ -333,7 +334,7 @@ class Trainer:
         stream.close()  # stops read-ahead threads when the loop ends early
         if bar is not None:
             bar.close()
-        seconds = time.monotonic() - began
+        seconds = clock.now() - began
         self.state.data_wait_s += waited
         self.state.train_s += seconds
         return seconds, waited

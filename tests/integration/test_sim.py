@@ -1,0 +1,93 @@
+"""The simulator against reality: simulated learners are the real trainers, so simulated
+SYNC ends on bitwise the same model as torchrun's SYNC learners on the same data. Two
+learners add two gradients, the same in any order; with more, gloo's ring all-reduce adds
+each chunk in another order, so torchrun's learners sum in rank order
+(``strategy.ordered_sum``), as the simulator does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from asrkit.config import compose, to_object
+from asrkit.sim.network import NETWORKS
+from asrkit.sim.run import StepCost, simulate
+from tests.helpers import REPO, free_port, make_data_dir, run_cli
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(600)]
+
+TRAIN = (
+    "model=tiny",
+    "train.epochs=3",
+    "train.max_batch=4",
+    "train.progress=false",
+    "decode=greedy",
+    "features.nj=1",
+    "features.num_mel_bins=23",
+    "tokenizer=char",
+)
+
+
+def _prepare(root: Path) -> list[str]:
+    for i, name in enumerate(("train", "train_dev", "test")):
+        make_data_dir(root / "data" / name, utts=8, seed=10 * i)
+    common = [f"data_root={root / 'data'}", f"feats_root={root / 'fbank'}", *TRAIN]
+    result = run_cli("run", "--stage", "2", "--stop-stage", "3", f"exp_dir={root / 'prep'}", *common)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return common
+
+
+def _experiment(root: Path, name: str) -> Path:
+    exp = root / name
+    shutil.copytree(root / "prep" / "tokenizer", exp / "tokenizer")
+    return exp
+
+
+@pytest.mark.parametrize(("learners", "ordered"), [(2, False), (4, True)])
+def test_simulated_sync_learners_end_on_torchruns_model_bitwise(
+    tmp_path: Path, learners: int, ordered: bool
+) -> None:
+    common = _prepare(tmp_path)
+    strategy = [
+        "strategy=sync",
+        f"strategy.learners={learners}",
+        f"strategy.ordered_sum={str(ordered).lower()}",
+    ]
+    real = _experiment(tmp_path, "torchrun")
+    command = [sys.executable, "-m", "asrkit", "run", "--stage", "4", "--stop-stage", "4", f"exp_dir={real}"]
+    command += [*common, *strategy, f"strategy.master_port={free_port()}", "strategy.timeout_s=120"]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((real / "learners.json").read_text())["learners"] == learners
+
+    sim = _experiment(tmp_path, "sim")
+    cfg = to_object(compose([*common, *strategy, f"exp_dir={sim}"]))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each torchrun learner (strategy.threads_per_learner)
+    try:
+        outcome = simulate(
+            cfg,
+            data_root=tmp_path / "data",
+            exp_dir=sim,
+            network=NETWORKS["infiniband"],
+            cost=StepCost(step_s=0.01, frame_s=1e-5),
+        )
+    finally:
+        torch.set_num_threads(threads)
+    ours = torch.load(sim / "model.pt", map_location="cpu", weights_only=False)
+    theirs = torch.load(real / "model.pt", map_location="cpu", weights_only=False)
+    assert ours["meta"] == theirs["meta"]
+    for key, value in theirs["model"].items():
+        assert torch.equal(ours["model"][key], value), key
+    history = json.loads((sim / "train_summary.json").read_text())["history"]
+    real_history = json.loads((real / "train_summary.json").read_text())["history"]
+    assert [h["loss"] for h in history] == [h["loss"] for h in real_history]
+    assert outcome.virtual_s > 0 and json.loads((sim / "sim.json").read_text())["learners"] == learners
