@@ -29,6 +29,7 @@ _COMMANDS = {
     "score": "asrkit.cli.score",
     "transcribe": "asrkit.cli.transcribe",
     "topology": "asrkit.cli.topology",
+    "simulate": "asrkit.cli.simulate",
 }
 
 

@@ -28,7 +28,10 @@ from asrkit.sim.clock import Clock, Event
 from asrkit.sim.network import Network
 from asrkit.sim.runtime import ClockRuntime
 
-__all__ = ["SimCommunicator", "SimWorld"]
+__all__ = ["OBJECT_BYTES", "SimCommunicator", "SimWorld"]
+
+#: The size an object of ``all_gather_object`` counts as on the network.
+OBJECT_BYTES = 1024
 
 
 class _Collective:
@@ -182,8 +185,9 @@ class SimCommunicator(Communicator):
             tensor.copy_(result)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
-        nbytes = len(repr(obj).encode())  # a pickle's size, near enough for a small object
-        cost = self.world.network.all_gather_s(nbytes, self.size)
+        # Small objects (resume positions, metrics): a nominal size, not their own, which
+        # would make virtual time depend on what they hold (measured seconds, say).
+        cost = self.world.network.all_gather_s(OBJECT_BYTES, self.size)
         gathered = self._start(
             "all_gather_object", copy.deepcopy(obj), lambda values: [values[r] for r in self.members], cost
         ).wait()

@@ -91,3 +91,44 @@ def test_simulated_sync_learners_end_on_torchruns_model_bitwise(
     real_history = json.loads((real / "train_summary.json").read_text())["history"]
     assert [h["loss"] for h in history] == [h["loss"] for h in real_history]
     assert outcome.virtual_s > 0 and json.loads((sim / "sim.json").read_text())["learners"] == learners
+
+
+def test_asrkit_simulate_measures_a_cost_once_and_repeats_bitwise(tmp_path: Path) -> None:
+    """The command: 4 ADPSGD learners with a random ring and a 2x straggler (asynchrony
+    resolved in virtual time) twice, the second run with the cost the first measured."""
+    common = _prepare(tmp_path)
+    exp = tmp_path / "prep"
+    settings = [
+        *common,
+        f"exp_dir={exp}",
+        "strategy=adpsgd",
+        "strategy.learners=4",
+        "strategy.pattern=random",
+        "strategy.straggler.mode=one",
+        "strategy.straggler.factor=2",
+    ]
+    first = run_cli("simulate", "--out", str(tmp_path / "first"), *settings)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "measured now, saved as" in first.stderr
+    costs = list((exp / "sim").glob("step_cost_b*_f*.json"))
+    assert len(costs) == 1 and json.loads(costs[0].read_text())["frame_s"] > 0
+    second = run_cli("simulate", "--out", str(tmp_path / "second"), *settings)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"from {costs[0]}" in second.stderr
+    a = torch.load(tmp_path / "first" / "model.pt", map_location="cpu", weights_only=False)["model"]
+    b = torch.load(tmp_path / "second" / "model.pt", map_location="cpu", weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    runs = [json.loads((tmp_path / d / "sim.json").read_text()) for d in ("first", "second")]
+    assert runs[0]["virtual_s"] == runs[1]["virtual_s"] > 0
+    detail = json.loads((tmp_path / "first" / "learners.json").read_text())["learners_detail"]
+    assert detail[3]["straggler_delay_s"] > 0 and detail[0]["straggler_delay_s"] == 0
+    again = run_cli("simulate", "--out", str(tmp_path / "first"), *settings)
+    assert again.returncode == 0 and "finished before" in again.stderr
+
+
+def test_asrkit_simulate_names_what_is_missing(tmp_path: Path) -> None:
+    result = run_cli("simulate", f"exp_dir={tmp_path / 'nothing'}", "strategy=sync", "strategy.learners=2")
+    assert result.returncode == 2
+    assert "tokenizer is missing" in result.stderr and "--stop-stage 3" in result.stderr
+    bad = run_cli("simulate", "--bandwidth-gbps", "0", f"exp_dir={tmp_path}", "strategy=sync")
+    assert bad.returncode == 2 and "--bandwidth-gbps > 0" in bad.stderr

@@ -1,0 +1,115 @@
+"""``asrkit simulate [options] KEY=VALUE ...``: train N simulated learners of an experiment
+in this process, on a virtual clock (:mod:`asrkit.sim`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, compose, to_object
+from asrkit.errors import ConfigError
+from asrkit.sim.network import NETWORKS, Network
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="train N simulated learners of an experiment on a virtual clock",
+        description="Train strategy.learners simulated learners of the experiment the overrides "
+        "name (its stages through the tokenizer, and for CE the alignments, must have run), in "
+        "this process: the real model, data, trainer and strategy, on a virtual clock where a "
+        "step takes the compute time measured on this machine (saved as a step-cost file and "
+        "reused) and a message the time the network needs. The same settings give bitwise the "
+        "same model. Outputs (model.pt, train_summary.json with virtual epoch times, "
+        "learners.json, sim.json) go to --out.",
+        epilog="example: asrkit simulate +experiment=an4_hybrid strategy=adpsgd "
+        "strategy.learners=16 strategy.straggler.mode=one strategy.straggler.factor=2",
+    )
+    parser.add_argument(
+        "--network",
+        choices=sorted(NETWORKS),
+        default="infiniband",
+        help="the learners' links (default: infiniband, 100 Gbit/s and 2 us; 10gbe: 10 Gbit/s, 50 us)",
+    )
+    parser.add_argument("--bandwidth-gbps", type=float, help="override the network's bandwidth (Gbit/s)")
+    parser.add_argument("--latency-us", type=float, help="override the network's latency (microseconds)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="output dir (default: <exp_dir>/sim/<strategy>_n<learners>_<network>_seed<seed>)",
+    )
+    parser.add_argument(
+        "--step-cost",
+        type=Path,
+        help="a step-cost JSON to use, or where to save the one measured (default: "
+        "<exp_dir>/sim/step_cost_b<batch>_f<frames>.json, one learner's batch caps)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="simulate again even if --out holds a finished run"
+    )
+    parser.add_argument("--config-dir", default=str(DEFAULT_CONFIG_DIR), help="Hydra config directory")
+    parser.add_argument("--config-name", default="config", help="top config file name")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
+    parser.set_defaults(func=_simulate)
+
+
+def network_from(name: str, bandwidth_gbps: float | None, latency_us: float | None) -> Network:
+    base = NETWORKS[name]
+    try:
+        return Network(
+            base.name,
+            bandwidth_gbps=base.bandwidth_gbps if bandwidth_gbps is None else bandwidth_gbps,
+            latency_us=base.latency_us if latency_us is None else latency_us,
+        )
+    except ValueError as err:
+        raise ConfigError(f"{err}; give --bandwidth-gbps > 0 and --latency-us >= 0") from None
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from asrkit.learner import prepare_learner
+    from asrkit.sim.calibrate import learner_batch_caps, load_or_measure
+    from asrkit.sim.run import simulate
+
+    cfg = to_object(compose(args.overrides, config_dir=args.config_dir, config_name=args.config_name))
+    network = network_from(args.network, args.bandwidth_gbps, args.latency_us)
+    exp_dir, data_root = Path(cfg.exp_dir), Path(cfg.data_root)
+    if not (exp_dir / "tokenizer").is_dir():
+        raise ConfigError(
+            f"{exp_dir / 'tokenizer'} is missing: run the experiment's stages up to its tokenizer "
+            "(and for CE its alignments) first, e.g. asrkit run --stop-stage 3 with the same overrides"
+        )
+    name = f"{cfg.strategy.name}_n{cfg.strategy.learners}_{network.name}_seed{cfg.seed}"
+    out = args.out or exp_dir / "sim" / name
+    if (out / "sim.json").is_file() and not args.force:
+        record = json.loads((out / "sim.json").read_text())
+        log.info("%s: finished before (%.1f virtual s); --force simulates again", out, record["virtual_s"])
+        return 0
+    caps = learner_batch_caps(cfg)
+    cost_file = args.step_cost or exp_dir / "sim" / f"step_cost_b{caps[0]}_f{caps[1]}.json"
+    cfg_in_memory = _in_memory(cfg)
+    parts = prepare_learner(cfg_in_memory, data_root=data_root, exp_dir=exp_dir, log_it=True)
+    cost, measured = load_or_measure(cost_file, cfg_in_memory, parts)
+    log.info(
+        "step cost (%s %s): %.4f s + %.3g s per padded frame; forward without gradients %.2f of a step",
+        "measured now, saved as" if measured else "from",
+        cost_file,
+        cost.step_s,
+        cost.frame_s,
+        cost.eval_fraction,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / "tokenizer").is_dir():
+        shutil.copytree(exp_dir / "tokenizer", out / "tokenizer")
+    simulate(cfg_in_memory, data_root=data_root, exp_dir=out, network=network, cost=cost, parts=parts)
+    return 0
+
+
+def _in_memory(cfg: AsrkitConfig) -> AsrkitConfig:
+    """The data read into memory once, shared by every simulated learner."""
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, in_memory=True, prefetch=0))
