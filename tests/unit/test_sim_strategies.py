@@ -52,7 +52,9 @@ def _run(
         wrapped = strategy.wrap(model, resumed=False)
         with torch.no_grad():
             for i, p in enumerate(model.parameters()):
-                p.add_(float(rank * rank + i) if perturb else 0.0)
+                # HYBRID: a group's members start alike (its DDP keeps them so).
+                who = rank // cfg.group_size if hasattr(cfg, "group_size") else rank
+                p.add_(float(who * who + i) if perturb else 0.0)
         start = flatten(list(model.parameters()))
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)
         data = torch.randn(steps, 4, 3, generator=torch.Generator().manual_seed(100 + rank))
@@ -126,3 +128,23 @@ def test_sync_on_the_clock_averages_gradients() -> None:
         torch.stack([model(d[k]).pow(2).mean() for d in data]).mean().backward()
         optimizer.step()
     assert torch.allclose(ends[0], flatten(list(model.parameters())), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        strategy_config("delay_by_one", learners=4, pattern="fixed", staleness=1, final_consensus=False),
+        strategy_config("delay_by_one", learners=4, pattern="random", staleness=0, final_consensus=False),
+        strategy_config("hybrid", learners=8, group_size=2, final_consensus=False),
+    ],
+    ids=["delay_by_one-1", "overlapped-0", "hybrid"],
+)
+def test_every_averaging_strategy_runs_on_the_clock_keeps_the_mean_and_repeats(cfg: StrategyConfig) -> None:
+    learners = cfg.learners
+    first = _run(cfg, learners, steps=40, slow={1: 2.0})
+    starts, ends = [o[0] for o in first], [o[1] for o in first]
+    assert torch.allclose(torch.stack(ends).mean(0), torch.stack(starts).mean(0), atol=1e-5)
+    spread = lambda xs: max(float((x - torch.stack(xs).mean(0)).norm()) for x in xs)  # noqa: E731
+    assert spread(ends) < 0.1 * spread(starts)
+    second = _run(cfg, learners, steps=40, slow={1: 2.0})
+    assert all(torch.equal(a[1], b[1]) and a[2] == b[2] for a, b in zip(first, second, strict=True))
