@@ -246,4 +246,10 @@ class _SimDataParallel(nn.Module):
             offset += n
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self._ready:  # as DDP: every parameter that requires a gradient must get one
+            missed = [n for n, p in self.module.named_parameters() if p.requires_grad and p.grad is None]
+            raise RuntimeError(
+                f"the last backward pass gave no gradient to {missed or 'some parameters'}: "
+                "mark parameters the loss does not use with requires_grad_(False)"
+            )
         return self.module(*args, **kwargs)

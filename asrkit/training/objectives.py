@@ -33,6 +33,8 @@ class Objective(abc.ABC):
     name = ""
     #: Which model output the greedy decoder reads (``ctc`` or ``frame``), or None.
     decodes_from: str | None = None
+    #: The head the loss trains (``ctc`` or ``frame``); the other gets no gradient.
+    trains = ""
 
     @abc.abstractmethod
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -86,6 +88,7 @@ class CtcObjective(Objective):
 
     name = "ctc"
     decodes_from = "ctc"
+    trains = "ctc"
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return _summed_ctc(model(batch.feats, batch.lengths), batch) / batch.norm
@@ -117,6 +120,7 @@ class FrameCEObjective(Objective):
     """
 
     name = "ce"
+    trains = "frame"
 
     def __init__(self, *, token_classes: bool = False) -> None:
         self.token_classes = token_classes

@@ -139,6 +139,12 @@ class Trainer:
         self.objective = objective or CtcObjective()
         self.device = pick_device(cfg.device)
         self.model = model.to(self.device)
+        # The head the loss does not use (a CE model's CTC head) never gets a gradient:
+        # say so, or DDP waits for its gradients (and fails at the next step).
+        for head in ("ctc", "frame"):
+            module = getattr(self.model, f"{head}_head", None)
+            if module is not None and head != self.objective.trains:
+                module.requires_grad_(False)
         factor = int(getattr(model, "subsample", 1))
         if cfg.chunk_frames % factor or cfg.chunk_context % factor:
             raise ConfigError(

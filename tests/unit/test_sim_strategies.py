@@ -148,3 +148,52 @@ def test_every_averaging_strategy_runs_on_the_clock_keeps_the_mean_and_repeats(c
     assert spread(ends) < 0.1 * spread(starts)
     second = _run(cfg, learners, steps=40, slow={1: 2.0})
     assert all(torch.equal(a[1], b[1]) and a[2] == b[2] for a, b in zip(first, second, strict=True))
+
+
+def test_sync_trains_a_frame_ce_model_whose_ctc_head_gets_no_gradient(tmp_path) -> None:
+    """A CE model's CTC head is not in the loss: the trainer marks it so, or a data-parallel
+    wrapper (DDP, or the simulator's) would wait for its gradients forever."""
+    from asrkit.models import ModelConfig, build_model
+    from asrkit.targets import TokenizerConfig, train_tokenizer
+    from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
+    from asrkit.training.objectives import build_objective
+    from asrkit.training.trainer import Trainer
+    from tests.unit.test_ce_training import TEXTS, _utts
+
+    tokenizer = train_tokenizer(TEXTS, tmp_path / "tok", TokenizerConfig(kind="char"))
+    utts = _utts(tokenizer)
+    clock = Clock()
+    world = SimWorld(clock, 2, NETWORKS["infiniband"])
+
+    def learner(rank: int):
+        torch.manual_seed(rank)
+        model = build_model(
+            ModelConfig(size="tiny", num_classes=tokenizer.num_tokens + 1),
+            input_dim=8,
+            num_tokens=tokenizer.num_tokens,
+        )
+        strategy, comm = join(strategy_config("sync", learners=2), world.communicator(rank), seed=0)
+        trainer = Trainer(
+            model,
+            utts,
+            utts,
+            tokenizer=tokenizer,
+            exp_dir=tmp_path / f"rank{rank}",
+            cfg=TrainConfig(epochs=3, max_frames=10_000, max_batch=4, progress=False, device="cpu"),
+            optim=OptimConfig(lr=1e-2),
+            schedule=ScheduleConfig(warmup_steps=0),
+            specaug=SpecAugConfig(enabled=False),
+            meta={"model": model.args},
+            seed=0,
+            objective=build_objective("ce", token_classes=True),
+            comm=comm,
+            strategy=strategy,
+        )
+        trainer.fit()
+        return flatten(list(model.parameters())), [p.requires_grad for p in model.ctc_head.parameters()]
+
+    for rank in range(2):
+        clock.spawn(lambda rank=rank: learner(rank), name=f"learner-{rank}")
+    results = clock.run()
+    assert torch.equal(results[0][0], results[1][0])
+    assert results[0][1] == [False, False]
