@@ -382,6 +382,12 @@ def _with_alignments(
     the classes are tokenizer units."""
     source = alignment_source(cfg, exp_dir, which)
     check = cfg.align.check_config(num_classes=num_classes)
+    setting = cfg.align.train if which == "train" else cfg.align.dev
+    if cfg.pipeline == "hybrid" and not setting:
+        # The GMM stage's own alignments: it already allowed (and reported) up to
+        # gmm.max_fail of utterances that would not align; they are left out here too, as
+        # Kaldi's nnet training leaves out utterances without alignments.
+        check = dataclasses.replace(check, max_missing=max(check.max_missing, cfg.gmm.max_fail))
     frames = dict(zip(data.ids, data.lengths.tolist(), strict=True))
     fixed, report = check_alignments(read_alignments(source), frames, check, source=source)
     report.raise_if_unusable()
