@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -259,3 +260,28 @@ def test_init_from_copies_matching_parameters(tmp_path: Path) -> None:
     save_checkpoint(tmp_path / "other.pt", {"model": {"x": torch.zeros(1)}, "meta": {}})
     with pytest.raises(DataError, match="none of its parameters"):
         init_from(other, tmp_path / "other.pt")
+
+
+def test_hybrid_training_leaves_out_what_the_gmm_stage_could_not_align(tmp_path: Path) -> None:
+    """The GMM stage allows (and reports) up to gmm.max_fail of utterances that would not
+    align; training on its alignments leaves them out instead of stopping. Alignments named
+    by the user (align.train) keep align.max_missing."""
+    from asrkit.config import compose, to_object
+    from asrkit.learner import _with_alignments
+    from asrkit.loader.sources import InMemorySource
+
+    tokenizer = train_tokenizer(TEXTS, tmp_path / "tok", TokenizerConfig(kind="char"))
+    utts = _utts(tokenizer)
+    aligned = {u.utt: u.ali.astype(np.int32) for u in utts[1:]}  # the first would not align
+    exp = tmp_path / "exp"
+    write_alignment_dir(exp / "gmm" / "ali_train", aligned, subsampling_factor=1, num_classes=30)
+    source = InMemorySource([dataclasses.replace(u, ali=None) for u in utts])
+    hybrid = to_object(compose(["pipeline=hybrid", "objective=ce", "gmm.max_fail=0.25"]))
+    kept, classes, _ = _with_alignments(hybrid, exp, source, "train", num_classes=30, log_it=False)
+    assert len(kept) == len(utts) - 1 and utts[0].utt not in kept.ids and classes == 30
+    strict = to_object(compose(["pipeline=hybrid", "objective=ce", "gmm.max_fail=0.1"]))
+    with pytest.raises(DataError, match="1 of 5 feature utterances have no alignment"):
+        _with_alignments(strict, exp, source, "train", num_classes=30, log_it=False)
+    named = to_object(compose(["objective=ce", f"align.train={exp / 'gmm' / 'ali_train'}"]))
+    with pytest.raises(DataError, match="max_missing"):
+        _with_alignments(named, exp, source, "train", num_classes=30, log_it=False)
