@@ -41,7 +41,7 @@ from asrkit.gmm.train import train_mono
 from asrkit.gmm.tree import read_tree
 from asrkit.targets.alignments import read_alignments
 from asrkit.targets.phones import read_pronunciations
-from tests.helpers import SHARED_AN4, assert_one_line_error, make_an4_subset, run_cli, run_main
+from tests.helpers import SHARED_AN4, assert_one_line_error, free_port, make_an4_subset, run_cli, run_main
 
 LEXICON = SHARED_AN4 / "etc" / "an4.dic"
 
@@ -316,6 +316,32 @@ def test_ctc_pipeline_trains_on_the_gmm_alignment_dir(hybrid: Hybrid, tmp_path: 
         count = len(read_data_dir(hybrid.data / name).utt_ids)
         assert f"{folder}: {count} alignments of transition-ids converted to pdf-ids through" in log
     assert "stage 4 (train): done in" in log
+
+
+@pytest.mark.multiproc
+def test_two_sync_learners_train_the_ce_model_under_torchrun(hybrid: Hybrid, tmp_path: Path) -> None:
+    """IBM's setting: SYNC learners (DDP) on frame CE. The CE model's CTC head is in no
+    loss; DDP waits for the gradient of every parameter that requires one, so the trainer
+    marks that head frozen (before, the second step failed)."""
+    exp = tmp_path / "exp"
+    args = _args(
+        tmp_path,
+        "pipeline=ctc",
+        f"align.train={hybrid.gmm / 'ali_train'}",
+        f"align.dev={hybrid.gmm / 'ali_train_dev'}",
+        "train.epochs=2",
+        "strategy=sync",
+        "strategy.learners=2",
+        f"strategy.master_port={free_port()}",
+        "strategy.timeout_s=120",
+        data=hybrid.data,
+        exp=exp,
+    )
+    result = run_cli(*_stages(3, 4, *args))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((exp / "learners.json").read_text())["learners"] == 2
+    history = json.loads((exp / "train_summary.json").read_text())["history"]
+    assert [h["epoch"] for h in history] == [1, 2]
 
 
 # ---------------------------------------------------------------- settings that go stale
