@@ -17,6 +17,7 @@ from asrkit.bench.decoding import bench_decoding
 from asrkit.bench.features import bench_features
 from asrkit.bench.hybrid import bench_hybrid
 from asrkit.bench.scoring import bench_scoring
+from asrkit.bench.sim import bench_sim
 from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
 
@@ -31,6 +32,7 @@ BENCHMARKS: dict[str, Callable[..., dict]] = {
     "data": bench_data,
     "hybrid": bench_hybrid,
     "contention": bench_contention,
+    "sim": bench_sim,
 }
 
 #: Smaller settings for ``asrkit bench --quick`` (a few minutes in all on 2 cores).
@@ -45,6 +47,7 @@ QUICK: dict[str, dict] = {
     "data": {"hours": (1.0, 10.0), "steps": 20, "loader_seconds": 5.0},
     "hybrid": {"quick": True},
     "contention": {"seconds": 6.0},
+    "sim": {"learners": (4,), "utterances": 64, "global_batch": 16},
 }
 
 __all__ = [
@@ -58,6 +61,7 @@ __all__ = [
     "bench_features",
     "bench_hybrid",
     "bench_scoring",
+    "bench_sim",
     "bench_strategies",
     "bench_trainer",
 ]

@@ -261,7 +261,7 @@ class TorchCommunicator(Communicator):
         return wrapped
 
 
-def _ordered_sum_hook(comm, bucket):  # type: ignore[no-untyped-def]
+def _ordered_sum_hook(comm, bucket):
     """A DDP communication hook: the bucket's (a ``dist.GradBucket``) mean over the group,
     added in rank order (every learner gathers every learner's bucket). Not annotated:
     DDP checks the annotations' values, which this module's postponed annotations turn

@@ -235,8 +235,10 @@ class _SimDataParallel(nn.Module):
         if self._ready < len(self._params):
             return
         self._ready = 0
-        grads = [p.grad for p in self._params]
-        assert all(g is not None for g in grads)
+        grads: list[torch.Tensor] = []
+        for p in self._params:
+            assert p.grad is not None  # every hook fired: every gradient is there
+            grads.append(p.grad)
         flat = torch.cat([g.reshape(-1) for g in grads]) / self.comm.size
         self.comm.all_reduce(flat)
         offset = 0

@@ -16,6 +16,7 @@ cost give the same weights, whatever else the machine is doing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -121,7 +122,7 @@ def simulate(
         return state, trainer.learners_summary, clock.now()
 
     for rank in range(learners):
-        clock.spawn(lambda rank=rank: learner(rank), name=f"learner-{rank}")
+        clock.spawn(functools.partial(learner, rank), name=f"learner-{rank}")
     began = time.monotonic()
     results = clock.run()
     real_s = time.monotonic() - began

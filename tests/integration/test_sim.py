@@ -132,3 +132,24 @@ def test_asrkit_simulate_names_what_is_missing(tmp_path: Path) -> None:
     assert "tokenizer is missing" in result.stderr and "--stop-stage 3" in result.stderr
     bad = run_cli("simulate", "--bandwidth-gbps", "0", f"exp_dir={tmp_path}", "strategy=sync")
     assert bad.returncode == 2 and "--bandwidth-gbps > 0" in bad.stderr
+
+
+def test_the_simulator_benchmark_reports_a_ratio_per_strategy_and_learner_count(tmp_path: Path) -> None:
+    from asrkit.bench.sim import bench_sim
+
+    _prepare(tmp_path)
+    result = bench_sim(
+        tmp_path / "data" / "train",
+        learners=(2,),
+        strategies=("sync", "adpsgd"),
+        utterances=8,
+        global_batch=4,
+        size="tiny",
+    )
+    assert result["utterances"] == 8 and set(result) >= {"sync_n2", "adpsgd_n2"}
+    rows = result["detail"]
+    assert [r["learners"] for r in rows] == [1, 2, 2]
+    assert all(r["samples_per_real_s"] > 0 for r in rows)
+    assert result["sync_n2"] == pytest.approx(
+        rows[1]["samples_per_real_s"] / rows[0]["samples_per_real_s"], rel=1e-2
+    )
