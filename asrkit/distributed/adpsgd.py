@@ -49,10 +49,6 @@ class AveragerProgress:
     def samples(self) -> float:
         return self.averager.progress_samples() if self.averager is not None else 0.0
 
-    def paused(self, seconds: float) -> None:
-        if self.averager is not None:
-            self.averager.paused(seconds)
-
 
 class Adpsgd(DistributedStrategy):
     """ADPSGD among all learners.

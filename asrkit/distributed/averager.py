@@ -52,11 +52,8 @@ class PairwiseAverager:
         self.local_steps = 0
         self.local_samples = 0
         self.done = False
-        self.global_samples = 0.0
-        self._samples_at_check = 0
-        self._checked_at: float | None = None
-        self._paused_s = 0.0  # time since the last all-reduce when no learner was computing
-        self._rate: float | None = None  # global samples/s between the last two all-reduces
+        self.global_samples = 0.0  # all learners' samples at the last all-reduce
+        self._samples_at_check = 0  # this learner's samples at the last all-reduce
         self.rounds = 0
         self.wait_s = 0.0
         self.error: BaseException | None = None
@@ -64,12 +61,6 @@ class PairwiseAverager:
 
     def start(self) -> None:
         self._thread.start()
-
-    def paused(self, seconds: float) -> None:
-        """Every learner waited ``seconds`` (at an epoch-end save): leave that time out of
-        the progress extrapolation, or the learners would think others kept computing."""
-        with self.cond:
-            self._paused_s += seconds
 
     def restore(self, local_samples: int) -> None:
         """Continue a resumed run: this learner had processed ``local_samples``. The global
@@ -104,20 +95,16 @@ class PairwiseAverager:
             self.cond.notify_all()
 
     def progress_samples(self) -> float:
-        """Samples processed by all learners, estimated between all-reduces.
+        """Samples processed by all learners: at least the last all-reduced total plus this
+        learner's own samples since (a lower bound, never an estimate, so no learner ends
+        a global epoch before all together have processed the set).
 
-        The last all-reduced total plus what the learners have added since: extrapolated
-        with the global rate measured between the last two all-reduces (so a slow learner
-        counts the fast ones' work too), and never less than its own samples since then.
-        Before a rate is known, its own samples count once per learner.
+        All learners get the same totals from the same all-reduces (one every
+        ``check_every`` rounds, paced by the slowest learner), so they end an epoch within
+        a round of each other; the price is at most that many extra local steps each.
         """
         with self.cond:
-            own = self.local_samples - self._samples_at_check
-            if self._rate is None:
-                return self.global_samples + own * len(self.members)
-            assert self._checked_at is not None  # set with _rate
-            since = max(0.0, self.runtime.now() - self._checked_at - self._paused_s)
-            return self.global_samples + max(float(own), self._rate * since)
+            return self.global_samples + (self.local_samples - self._samples_at_check)
 
     def finish(self, timeout_s: float) -> None:
         """Stop computing; keep averaging until every learner is done; apply what is pending."""
@@ -183,11 +170,6 @@ class PairwiseAverager:
         began = self.runtime.now()
         self.comm.all_reduce(status)
         self.wait_s += self.runtime.now() - began
-        now = self.runtime.now()
         with self.cond:
-            total = float(status[0])
-            if self._checked_at is not None and now > self._checked_at and total > self.global_samples:
-                self._rate = (total - self.global_samples) / (now - self._checked_at)
-            self.global_samples, self._samples_at_check, self._checked_at = total, local, now
-            self._paused_s = 0.0
+            self.global_samples, self._samples_at_check = float(status[0]), local
         return int(status[1]) == len(self.members)

@@ -26,19 +26,14 @@ from asrkit.training.strategy import TrainState
 
 
 class GroupProgress:
-    """The global progress as a group knows it: its leader's estimate, handed to the
+    """The global progress as a group knows it: its leader's (a lower bound), handed to the
     members with each step's averaging delta (so all end their epochs on the same step)."""
 
     def __init__(self) -> None:
         self.value = 0.0
-        self.averager: PairwiseAverager | None = None  # the leader's
 
     def samples(self) -> float:
         return self.value
-
-    def paused(self, seconds: float) -> None:
-        if self.averager is not None:
-            self.averager.paused(seconds)
 
 
 class Hybrid(DistributedStrategy):
@@ -93,7 +88,6 @@ class Hybrid(DistributedStrategy):
             )
             if self._restored_leader_samples is not None:
                 self.averager.restore(self._restored_leader_samples)
-            self.progress.averager = self.averager
             self.averager.start()
         if self.cfg.group_size == 1:
             return model

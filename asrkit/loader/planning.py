@@ -152,10 +152,6 @@ class BucketBatches:
         in steps (learners in lock-step: ``step`` itself)."""
         return float(step)
 
-    def paused(self, seconds: float) -> None:
-        """Every learner just spent ``seconds`` not training (validating at once, waiting
-        for the others' saves): progress that extrapolates with time leaves it out."""
-
     def largest_batch(self) -> int:
         """Floats in the largest padded feature block of any bucket's share (the size of
         a read-ahead slot)."""
@@ -173,10 +169,9 @@ class Progress(Protocol):
     """The samples all learners together have processed, as a learner that does not step
     in lock-step with the others knows it (ADPSGD's and HYBRID's averaging threads)."""
 
-    def samples(self) -> float: ...
-
-    def paused(self, seconds: float) -> None:
-        """Every learner stood still for ``seconds`` (leave them out of extrapolations)."""
+    def samples(self) -> float:
+        """At least this many samples were processed by all learners together."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -240,9 +235,6 @@ class ProgressBatches(BucketBatches):
     def schedule_position(self, step: int) -> float:
         # Global progress, in this shard's steps per epoch.
         return self.progress.samples() / max(1, self.total) * len(self)
-
-    def paused(self, seconds: float) -> None:
-        self.progress.paused(seconds)
 
 
 def check_enough(source: UtteranceSource, parts: int) -> None:

@@ -379,7 +379,6 @@ class Trainer:
         Every learner scores its share of the dev batches (``rank::world``) with its own
         replica and the sums are added up, so no learner waits while another validates.
         """
-        began = self.comm.runtime.now()
         self.model.eval()
         pool = self.dev_batches.pool
         outside_fit = pool is not None and not pool.started  # fit() starts and stops it
@@ -394,10 +393,7 @@ class Trainer:
         finally:
             if outside_fit:
                 self.dev_batches.close()
-        metrics = self.objective.metrics(self.reduce_sums(sums))
-        # Every learner validated at once: no training progress was made meanwhile.
-        self.batches.paused(self.comm.runtime.now() - began)
-        return metrics
+        return self.objective.metrics(self.reduce_sums(sums))
 
     def _end_epoch(self, epoch: int, seconds: float, waited: float) -> None:
         metrics = {"epoch": epoch + 1, **self.validate(), "seconds": seconds, "data_wait_s": round(waited, 3)}
@@ -476,10 +472,8 @@ class Trainer:
         states each keeps always include one they all hold. The barrier is posted right
         after a save, so by the next save it has normally completed."""
         if self._saves_barrier is not None:
-            began = self.comm.runtime.now()
             self._saves_barrier.wait()
             self._saves_barrier = None
-            self.batches.paused(self.comm.runtime.now() - began)
 
     def agree_on_resume(self, tags: list[Tag]) -> Tag | None:
         """The newest resume position every learner holds (a collective)."""

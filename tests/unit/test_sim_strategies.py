@@ -197,3 +197,43 @@ def test_sync_trains_a_frame_ce_model_whose_ctc_head_gets_no_gradient(tmp_path) 
     results = clock.run()
     assert torch.equal(results[0][0], results[1][0])
     assert results[0][1] == [False, False]
+
+
+@pytest.mark.parametrize("pattern", ["fixed", "random"])
+def test_adpsgd_progress_never_runs_ahead_of_the_samples_processed(pattern: str) -> None:
+    """Global epochs end on the learners' progress: it may lag the samples all learners
+    have processed (by what happened since the last all-reduce) but never exceed them, even
+    when a straggler makes the step rate change. (An extrapolated estimate did, and two
+    learners ended their epochs early.)"""
+    learners, steps = 4, 30
+    clock = Clock()
+    world = SimWorld(clock, learners, NETWORKS["10gbe"])
+    processed = [0] * learners  # the truth, per learner (clock tasks run one at a time)
+    lag = []
+
+    def learner(rank: int) -> None:
+        cfg = strategy_config("adpsgd", learners=learners, pattern=pattern)
+        strategy, _ = join(cfg, world.communicator(rank), seed=3)
+        model = _model()
+        strategy.wrap(model, resumed=False)
+        state = TrainState()
+        for k in range(steps):
+            strategy.before_step(state)
+            # Learner 3 straggles in the second half only: the step rate drops mid-run.
+            clock.advance(STEP_S * (4.0 if rank == 3 and k >= steps // 2 else 1.0))
+            state.step += 1
+            state.samples += 4
+            processed[rank] += 4
+            strategy.after_step(model, state)
+            progress = strategy.progress.samples()
+            assert progress <= sum(processed), (rank, k, progress, processed)
+            lag.append(sum(processed) - progress)
+        strategy.finish(model, state)
+
+    for rank in range(learners):
+        clock.spawn(lambda rank=rank: learner(rank), name=f"learner-{rank}")
+    clock.run()
+    assert sum(processed) == learners * steps * 4
+    # Behind by at most what the other learners do in two of the straggler's steps (its
+    # all-reduce comes after its step; the others' counts were taken as they entered it).
+    assert 0 < max(lag) <= 2 * 4 * (learners - 1) * 4, max(lag)
