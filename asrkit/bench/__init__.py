@@ -18,6 +18,7 @@ from asrkit.bench.features import bench_features
 from asrkit.bench.hybrid import bench_hybrid
 from asrkit.bench.scoring import bench_scoring
 from asrkit.bench.sim import bench_sim
+from asrkit.bench.sim_agreement import bench_sim_agreement
 from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
 
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, Callable[..., dict]] = {
     "hybrid": bench_hybrid,
     "contention": bench_contention,
     "sim": bench_sim,
+    "sim_agreement": bench_sim_agreement,
 }
 
 #: Smaller settings for ``asrkit bench --quick`` (a few minutes in all on 2 cores).
@@ -48,6 +50,14 @@ QUICK: dict[str, dict] = {
     "hybrid": {"quick": True},
     "contention": {"seconds": 6.0},
     "sim": {"learners": (4,), "utterances": 64, "global_batch": 16},
+    "sim_agreement": {
+        "curves": (("adpsgd", 2),),
+        "seeds": (1, 2),
+        "utterances": 64,
+        "epochs": 2,
+        "throughput_learners": (2,),
+        "throughput_epochs": 2,
+    },
 }
 
 __all__ = [
@@ -62,6 +72,7 @@ __all__ = [
     "bench_hybrid",
     "bench_scoring",
     "bench_sim",
+    "bench_sim_agreement",
     "bench_strategies",
     "bench_trainer",
 ]

@@ -2,7 +2,8 @@
 
 :func:`plot` draws ``<out_dir>/<name>.png`` for a benchmark's result dict: bars of each
 side against its same-run baseline, or, for ``convergence``, dev loss against training
-time per strategy; for ``hybrid``, GMM training seconds per stage beside the decoding
+time per strategy; for ``sim_agreement``, simulated against torchrun dev-loss curves;
+for ``hybrid``, GMM training seconds per stage beside the decoding
 real-time factors.
 """
 
@@ -93,6 +94,30 @@ def plot(name: str, result: dict, out_dir: str | Path) -> Path | None:
                 if key in part  # a skipped part has only its reason
             }
             _bars(right, list(rtfs), list(rtfs.values()), "real-time factor", "decoding, same utterances")
+        elif name == "sim_agreement":
+            curves = result["curves"]
+            fig.clf()
+            fig.set_size_inches(4 * max(1, len(curves)), 3.5)
+            axes = fig.subplots(1, max(1, len(curves)), squeeze=False)[0]
+            for axis, (label, curve) in zip(axes, curves.items(), strict=False):
+                epochs = [r["epoch"] for r in curve["epochs"]]
+                axis.fill_between(
+                    epochs,
+                    [r["real_min"] for r in curve["epochs"]],
+                    [r["real_max"] for r in curve["epochs"]],
+                    alpha=0.3,
+                    label="torchrun, range over seeds",
+                )
+                axis.plot(
+                    epochs, [r["real_mean"] for r in curve["epochs"]], marker=".", label="torchrun mean"
+                )
+                axis.plot(
+                    epochs, [r["sim_mean"] for r in curve["epochs"]], marker="x", label="simulated mean"
+                )
+                axis.set_xlabel("epoch")
+                axis.set_ylabel("held-out loss")
+                axis.set_title(label, fontsize=9)
+            axes[0].legend(fontsize=7)
         else:
             return None
         fig.tight_layout()

@@ -15,18 +15,54 @@ from pathlib import Path
 
 import torch
 
-from asrkit.config import compose, to_object
+from asrkit.config import AsrkitConfig, compose, to_object
 from asrkit.data import read_data_dir
 from asrkit.features.cmvn import read_cmvn
 from asrkit.learner import LearnerParts
-from asrkit.loader.batch import CmvnNormalizer
+from asrkit.loader.batch import CmvnNormalizer, Utterance
 from asrkit.loader.opening import load_utterances
 from asrkit.loader.sources import InMemorySource
-from asrkit.models import ModelConfig
 from asrkit.sim.network import NETWORKS
 from asrkit.sim.run import StepCost, simulate
-from asrkit.targets import TokenizerConfig, train_tokenizer
+from asrkit.targets import Tokenizer, TokenizerConfig, train_tokenizer
 from asrkit.training.objectives import build_objective
+
+
+def read_bench_data(data_dir: Path, tokenizer: Tokenizer) -> list[Utterance]:
+    """A data dir's utterances in memory (features computed, ``cmvn_global.ark``), globally
+    normalised, with ``tokenizer``'s targets."""
+    normalize = CmvnNormalizer("global", global_stats=read_cmvn(data_dir / "cmvn_global.ark"))
+    return load_utterances(data_dir, normalize, tokenizer=tokenizer)
+
+
+def split_utterances(
+    utts: list[Utterance], count: int, *, held_out: bool
+) -> tuple[list[Utterance], list[Utterance]]:
+    """The first ``count`` utterances (0: all) as (train, dev): with ``held_out`` the last
+    quarter is the dev set and is not trained on; otherwise all are trained on and the
+    first two are a token dev set (validation then costs little)."""
+    utts = utts[:count] if count else utts
+    if held_out:
+        cut = len(utts) * 3 // 4
+        return utts[:cut], utts[cut:]
+    return utts, utts[:2]
+
+
+def bench_parts(
+    cfg: AsrkitConfig, train: list[Utterance], dev: list[Utterance], tokenizer: Tokenizer
+) -> LearnerParts:
+    """What a benchmark's learners share (:class:`~asrkit.learner.LearnerParts`): the
+    utterances in memory, ``cfg.model``, the CTC objective."""
+    return LearnerParts(
+        cfg,
+        InMemorySource(train),
+        InMemorySource(dev),
+        tokenizer,
+        cfg.model,
+        build_objective("ctc", token_classes=False),
+        {"features": {}, "cmvn": "global", "objective": "ctc"},
+        (0.01, 0.01),
+    )
 
 
 def bench_sim(
@@ -46,8 +82,7 @@ def bench_sim(
     with tempfile.TemporaryDirectory(prefix="asrkit-bench-sim-") as tmp:
         exp = Path(tmp)
         tokenizer = train_tokenizer(data.text or {}, exp / "tokenizer", TokenizerConfig(kind="char"))
-        normalize = CmvnNormalizer("global", global_stats=read_cmvn(data_dir / "cmvn_global.ark"))
-        utts = load_utterances(data_dir, normalize, tokenizer=tokenizer)[:utterances]
+        utts = read_bench_data(data_dir, tokenizer)[:utterances]
         if len(utts) < 2 * global_batch:
             raise ValueError(f"{data_dir}: {len(utts)} utterances; the benchmark needs {2 * global_batch}")
         dim = int(utts[0].feats.shape[1])
@@ -65,16 +100,7 @@ def bench_sim(
         def run(strategy: str, n: int) -> dict:
             extra = [] if n == 1 else [f"strategy={strategy}", f"strategy.learners={n}"]
             cfg = to_object(compose([*overrides, *extra, f"exp_dir={exp / f'{strategy}{n}'}"]))
-            parts = LearnerParts(
-                cfg,
-                InMemorySource(utts),
-                InMemorySource(utts[:8]),
-                tokenizer,
-                ModelConfig(size=size),
-                build_objective("ctc", token_classes=False),
-                {"features": {}, "cmvn": "global", "objective": "ctc"},
-                (0.01, 0.01),
-            )
+            parts = bench_parts(cfg, utts, utts[:8], tokenizer)
             (exp / f"{strategy}{n}").mkdir()
             torch.manual_seed(0)
             result = simulate(

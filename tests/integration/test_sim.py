@@ -153,3 +153,39 @@ def test_the_simulator_benchmark_reports_a_ratio_per_strategy_and_learner_count(
     assert result["sync_n2"] == pytest.approx(
         rows[1]["samples_per_real_s"] / rows[0]["samples_per_real_s"], rel=1e-2
     )
+
+
+@pytest.mark.slow
+def test_the_agreement_benchmark_compares_dev_loss_curves_and_straggler_ratios(tmp_path: Path) -> None:
+    from asrkit.bench.plots import plot
+    from asrkit.bench.sim_agreement import bench_sim_agreement
+
+    _prepare(tmp_path)
+    result = bench_sim_agreement(
+        tmp_path / "data" / "train",
+        curves=(("adpsgd", 2),),
+        seeds=(1, 2),
+        utterances=8,
+        global_batch=2,
+        epochs=2,
+        throughput_learners=(2,),
+        measure_learners=(2,),
+        throughput_epochs=1,
+        size="tiny",
+    )
+    curve = result["curves"]["adpsgd_n2"]
+    assert [r["epoch"] for r in curve["epochs"]] == [1, 2]
+    for row in curve["epochs"]:
+        assert row["real_min"] <= row["real_mean"] <= row["real_max"]
+        assert row["inside"] == (row["real_min"] <= row["sim_mean"] <= row["real_max"])
+    assert curve["within_spread"] == all(r["inside"] for r in curve["epochs"])
+    row = result["throughput"]["n2"]
+    simulated, measured = row["simulated"], row["measured"]
+    assert set(simulated["samples_per_s"]) == {"sync_none", "adpsgd_none", "sync_one", "adpsgd_one"}
+    assert all(v > 0 for v in [*simulated["samples_per_s"].values(), *measured["samples_per_s"].values()])
+    assert simulated["sync_straggler_over_equal"] < 0.8  # the simulated straggler holds SYNC up
+    assert row["straggler_ratio_sim_over_measured"] == pytest.approx(
+        simulated["adpsgd_over_sync_straggler_2x"] / measured["adpsgd_over_sync_straggler_2x"], rel=1e-2
+    )
+    assert set(result["step_costs"]) == {"n2", "n2_held_out"}
+    assert plot("sim_agreement", result, tmp_path / "plots") is not None
