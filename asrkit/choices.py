@@ -33,7 +33,7 @@ LOADERS = ("process", "thread")
 #: ``strategy.backend``.
 BACKENDS = ("auto", "gloo", "nccl")
 #: ``strategy.straggler.mode``.
-STRAGGLER_MODES = ("none", "one", "random", "delay")
+STRAGGLER_MODES = ("none", "one", "random", "delay", "exponential")
 #: ``strategy.pattern``: how weight-averaging learners pick partners.
 PARTNER_PATTERNS = ("fixed", "random")
 #: ``strategy.staleness`` of delay-by-one.

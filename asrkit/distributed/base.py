@@ -32,7 +32,10 @@ class Straggler:
     ``one``: learner ``rank`` (-1 = the last) takes ``factor`` x as long for every step;
     ``random``: each step one learner, drawn from an RNG seeded by ``(seed, step)`` (the
     same on every learner), is ``factor`` x slower; ``delay``: every step of every learner
-    waits a random ``[0, max_delay_ms]`` ms.
+    waits a random ``[0, max_delay_ms]`` ms; ``exponential``: every step of every learner
+    waits an exponentially distributed extra with mean ``(factor - 1)`` x its own time, so
+    a step's time is its own shifted by an exponential (the straggler model of coded- and
+    asynchronous-SGD analyses), ``factor`` x its own on average, with a long tail.
     """
 
     def __init__(self, cfg: StragglerConfig, *, rank: int, world_size: int, runtime: Runtime = REAL) -> None:
@@ -56,12 +59,16 @@ class Straggler:
         elif cfg.mode == "random" and rng.randrange(self.world_size) == self.rank:
             pause = (cfg.factor - 1.0) * took
         elif cfg.mode == "delay":
-            pause = random.Random((cfg.seed * 1_000_003 + step) * 4099 + self.rank).uniform(
-                0.0, cfg.max_delay_ms / 1000.0
-            )
+            pause = self._own_rng(step).uniform(0.0, cfg.max_delay_ms / 1000.0)
+        elif cfg.mode == "exponential" and cfg.factor > 1.0:
+            pause = self._own_rng(step).expovariate(1.0 / ((cfg.factor - 1.0) * took)) if took > 0 else 0.0
         if pause > 0:
             self.runtime.sleep(pause)
             self.delayed_s += pause
+
+    def _own_rng(self, step: int) -> random.Random:
+        """This learner's draws for ``step`` (seeded by seed, step and rank)."""
+        return random.Random((self.cfg.seed * 1_000_003 + step) * 4099 + self.rank)
 
 
 def steady_rate(learners: list[dict[str, Any]]) -> float | None:

@@ -15,11 +15,13 @@ class StragglerConfig:
 
     Attributes:
         mode: ``none``, ``one`` (learner ``rank`` is ``factor`` x slower), ``random`` (a
-            random learner is ``factor`` x slower each step) or ``delay`` (random delays).
+            random learner is ``factor`` x slower each step), ``delay`` (random delays) or
+            ``exponential`` (every step of every learner takes a shifted-exponential time:
+            its own plus an exponential extra, ``factor`` x its own on average).
         rank: the slow learner for ``one`` (-1 = the last).
         factor: how much longer a slow step takes.
         max_delay_ms: ``delay``: the longest random pause per step.
-        seed: seeds ``random`` and ``delay``.
+        seed: seeds ``random``, ``delay`` and ``exponential``.
     """
 
     mode: str = "none"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from asrkit.config import compose, to_object
@@ -178,3 +180,25 @@ def test_the_registry_names_classes_each_strategy_has_a_class() -> None:
     for name, config in multi.items():
         assert issubclass(STRATEGY_CLASSES[config], DistributedStrategy), name
         assert strategy_config(name).name == name
+
+
+def test_exponential_stragglers_add_a_seeded_exponential_extra_with_mean_factor_minus_one() -> None:
+    cfg = StragglerConfig(mode="exponential", factor=3.0, seed=5)
+    extras: dict[int, list[float]] = {0: [], 1: []}
+    for step in range(4000):
+        for rank in (0, 1):
+            runtime = _Runtime([1.0, 1.5])  # every step "took" half a second
+            s = Straggler(cfg, rank=rank, world_size=2, runtime=runtime)
+            s.start_step()
+            s.end_step(step)
+            assert len(runtime.slept) == 1 and runtime.slept[0] > 0
+            extras[rank].append(runtime.slept[0])
+    for rank in (0, 1):
+        assert sum(extras[rank]) / len(extras[rank]) == pytest.approx(1.0, rel=0.06)  # (3 - 1) x 0.5 s
+        ordered = sorted(extras[rank])
+        assert ordered[len(ordered) // 2] == pytest.approx(math.log(2), rel=0.08)  # an exponential's median
+    assert extras[0] != extras[1]  # each learner draws its own
+    again = Straggler(cfg, rank=1, world_size=2, runtime=_Runtime([1.0, 1.5]))
+    again.start_step()
+    again.end_step(17)
+    assert again.delayed_s == extras[1][17]  # seeded: the same draw again
