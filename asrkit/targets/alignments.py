@@ -185,7 +185,10 @@ class AlignmentReport:
                 f"{len(self.missing)} of {total} feature utterances have no alignment (more than "
                 f"max_missing={self.max_missing:g} allows), first: {_first(self.missing)}"
             )
-            fixes.append("re-run the alignment for these utterances or set max_missing to skip them")
+            fixes.append(
+                "re-run the alignment for these utterances, or leave them out: training "
+                "align.max_missing=<fraction>, asrkit check-alignments --max-missing <fraction>"
+            )
         if self.bad_length:
             shown = _first([f"{u} (got {g}, expected {e})" for u, g, e in self.bad_length])
             problems.append(

@@ -341,7 +341,7 @@ def test_missing_alignments_are_one_error_or_allowed(tmp_path: Path) -> None:
     assert message.startswith("exp/ali: ")
     assert "7 of 10 feature utterances have no alignment" in message
     assert "first: q-3, q-4, q-5, q-6, q-7, ... (2 more)" in message
-    assert "max_missing" in message and "\n" not in message
+    assert "align.max_missing=" in message and "--max-missing" in message and "\n" not in message
 
     _, report = check_alignments(alis, frames, AlignmentCheckConfig(max_missing=0.75))
     assert report.usable
