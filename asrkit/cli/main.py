@@ -30,6 +30,7 @@ _COMMANDS = {
     "transcribe": "asrkit.cli.transcribe",
     "topology": "asrkit.cli.topology",
     "simulate": "asrkit.cli.simulate",
+    "study": "asrkit.cli.study",
 }
 
 

@@ -4,17 +4,11 @@ in this process, on a virtual clock (:mod:`asrkit.sim`)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
-import logging
-import shutil
 from pathlib import Path
 
-from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, compose, to_object
+from asrkit.config import DEFAULT_CONFIG_DIR, compose, to_object
 from asrkit.errors import ConfigError
 from asrkit.sim.network import NETWORKS, Network
-
-log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,44 +66,9 @@ def network_from(name: str, bandwidth_gbps: float | None, latency_us: float | No
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from asrkit.learner import prepare_learner
-    from asrkit.sim.calibrate import learner_batch_caps, load_or_measure
-    from asrkit.sim.run import simulate
+    from asrkit.sim.experiment import simulate_experiment
 
     cfg = to_object(compose(args.overrides, config_dir=args.config_dir, config_name=args.config_name))
     network = network_from(args.network, args.bandwidth_gbps, args.latency_us)
-    exp_dir, data_root = Path(cfg.exp_dir), Path(cfg.data_root)
-    if not (exp_dir / "tokenizer").is_dir():
-        raise ConfigError(
-            f"{exp_dir / 'tokenizer'} is missing: run the experiment's stages up to its tokenizer "
-            "(and for CE its alignments) first, e.g. asrkit run --stop-stage 3 with the same overrides"
-        )
-    name = f"{cfg.strategy.name}_n{cfg.strategy.learners}_{network.name}_seed{cfg.seed}"
-    out = args.out or exp_dir / "sim" / name
-    if (out / "sim.json").is_file() and not args.force:
-        record = json.loads((out / "sim.json").read_text())
-        log.info("%s: finished before (%.1f virtual s); --force simulates again", out, record["virtual_s"])
-        return 0
-    caps = learner_batch_caps(cfg)
-    cost_file = args.step_cost or exp_dir / "sim" / f"step_cost_b{caps[0]}_f{caps[1]}.json"
-    cfg_in_memory = _in_memory(cfg)
-    parts = prepare_learner(cfg_in_memory, data_root=data_root, exp_dir=exp_dir, log_it=True)
-    cost, measured = load_or_measure(cost_file, cfg_in_memory, parts)
-    log.info(
-        "step cost (%s %s): %.4f s + %.3g s per padded frame; forward without gradients %.2f of a step",
-        "measured now, saved as" if measured else "from",
-        cost_file,
-        cost.step_s,
-        cost.frame_s,
-        cost.eval_fraction,
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / "tokenizer").is_dir():
-        shutil.copytree(exp_dir / "tokenizer", out / "tokenizer")
-    simulate(cfg_in_memory, data_root=data_root, exp_dir=out, network=network, cost=cost, parts=parts)
+    simulate_experiment(cfg, network=network, out=args.out, step_cost=args.step_cost, force=args.force)
     return 0
-
-
-def _in_memory(cfg: AsrkitConfig) -> AsrkitConfig:
-    """The data read into memory once, shared by every simulated learner."""
-    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, in_memory=True, prefetch=0))

@@ -1,0 +1,170 @@
+"""The runs of a study of IBM's claims (docs/study.md): each is one simulated training run
+(:func:`asrkit.sim.experiment.simulate_experiment`) of a model, a strategy, a learner
+count, a global batch, a straggler setting and a seed, tagged with the questions it helps
+answer.
+
+The questions, one per claim:
+
+* ``stragglers``: ADPSGD (fixed and random ring) keeps its speed when a learner is slow
+  (one learner 2x slower; every step shifted-exponential), SYNC does not.
+* ``equal_speed``: with equally fast learners and a large batch, delay-by-one reaches a
+  target loss first.
+* ``batch``: the global batch grows 10x without losing accuracy (with the learning rate
+  scaled with it), and ADPSGD tolerates a larger batch than SYNC.
+* ``spectral``: a random pairing mixes the replicas faster than a fixed ring (consensus
+  distance, loss) as learners grow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from asrkit.distributed.topology import group_problems
+
+#: Strategy label -> its overrides (HYBRID's group size is the plan's ``hybrid_group``).
+STRATEGIES: dict[str, tuple[str, ...]] = {
+    "sync": ("strategy=sync",),
+    "adpsgd_fixed": ("strategy=adpsgd", "strategy.pattern=fixed"),
+    "adpsgd_random": ("strategy=adpsgd", "strategy.pattern=random"),
+    "delay_by_one": ("strategy=delay_by_one",),
+    "hybrid": ("strategy=hybrid", "strategy.pattern=random"),
+}
+
+#: Straggler label -> its overrides.
+STRAGGLERS: dict[str, tuple[str, ...]] = {
+    "none": ("strategy.straggler.mode=none",),
+    "one_2x": ("strategy.straggler.mode=one", "strategy.straggler.factor=2"),
+    "exp_2x": ("strategy.straggler.mode=exponential", "strategy.straggler.factor=2"),
+}
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One simulated run; ``name`` is its directory under the study's ``runs/``."""
+
+    model: str
+    strategy: str
+    learners: int
+    batch: int
+    straggler: str
+    seed: int
+    questions: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}_{self.strategy}_n{self.learners}_b{self.batch}_{self.straggler}_s{self.seed}"
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """What a study runs: every model (name -> the experiment's overrides), ``base_batch``
+    (the global batch, in utterances, the experiment's ``optim.lr`` is meant for; other
+    batches scale it by ``sqrt(batch / base_batch)``, a rule for Adam), and the axes."""
+
+    models: dict[str, tuple[str, ...]]
+    learners: tuple[int, ...] = (16, 64)
+    batches: tuple[int, ...] = (64, 192, 640)
+    base_batch: int = 64
+    headline_seeds: tuple[int, ...] = (1, 2, 3)
+    epochs: int = 4
+    hybrid_group: int = 4
+    common: tuple[str, ...] = field(default=())
+
+    def runs(self) -> list[StudyRun]:
+        """Every run once, in the order they are run (the headline first)."""
+        runs: dict[str, StudyRun] = {}
+
+        def add(run: StudyRun) -> None:
+            known = runs.get(run.name)
+            merged = tuple(dict.fromkeys((*(known.questions if known else ()), *run.questions)))
+            runs[run.name] = StudyRun(**{**run.__dict__, "questions": merged})
+
+        first_model, middle = next(iter(self.models)), self.batches[len(self.batches) // 2]
+        largest_n = max(self.learners)
+        # Headline: every strategy at the largest learner count and the middle batch, equal
+        # speed, all seeds, first model.
+        for seed in self.headline_seeds:
+            for strategy in STRATEGIES:
+                add(
+                    StudyRun(
+                        first_model, strategy, largest_n, middle, "none", seed, ("equal_speed", "spectral")
+                    )
+                )
+        for model in self.models:
+            for n in self.learners:
+                for strategy in STRATEGIES:
+                    add(StudyRun(model, strategy, n, middle, "none", 1, ("equal_speed", "spectral")))
+                    # The largest batch: where delay-by-one should be fastest.
+                    add(StudyRun(model, strategy, n, max(self.batches), "none", 1, ("equal_speed",)))
+            for batch in self.batches:
+                for strategy in ("sync", "adpsgd_random"):
+                    add(StudyRun(model, strategy, min(self.learners), batch, "none", 1, ("batch",)))
+        for n in self.learners:
+            for straggler in ("one_2x", "exp_2x"):
+                for strategy in STRATEGIES:
+                    add(StudyRun(first_model, strategy, n, middle, straggler, 1, ("stragglers",)))
+        return [r for r in runs.values() if r.batch >= r.learners and self._possible(r)]
+
+    def _possible(self, run: StudyRun) -> bool:
+        if run.strategy != "hybrid":
+            return True
+        groups = run.learners // self.hybrid_group
+        return groups >= 2 and not group_problems(run.learners, self.hybrid_group, key="hybrid")
+
+    def overrides(self, run: StudyRun) -> list[str]:
+        """The run's Hydra overrides: the model's experiment, the plan's common settings,
+        the strategy, the batch and the seed (the learning rate is scaled after
+        composition: :meth:`lr_scale`)."""
+        return [
+            *self.models[run.model],
+            *self.common,
+            f"train.epochs={self.epochs}",
+            *STRATEGIES[run.strategy],
+            *([f"strategy.group_size={self.hybrid_group}"] if run.strategy == "hybrid" else []),
+            f"strategy.learners={run.learners}",
+            *STRAGGLERS[run.straggler],
+            f"train.max_batch={run.batch}",
+            "train.max_frames=100000000",  # the batch is counted in utterances only
+            f"seed={run.seed}",
+        ]
+
+    def lr_scale(self, run: StudyRun) -> float:
+        """The factor on the experiment's ``optim.lr`` for the run's batch."""
+        return math.sqrt(run.batch / self.base_batch)
+
+
+#: The study's models on speechocean762's speed-perturbed training set (recipes/
+#: speechocean762/local/study.sh prepares both): the CTC experiment's BLSTM on phones, and
+#: the hybrid experiment's BLSTM trained with frame cross-entropy on its tied states; both
+#: stack and subsample 3 frames, so a step costs the same.
+SO762_MODELS: dict[str, tuple[str, ...]] = {
+    "ctc": (
+        "+experiment=speechocean762",
+        "data_root=data_sp",
+        "feats_root=fbank_sp",
+        "data.speed_perturb=[0.9,1.0,1.1]",
+        "name=so762_study_ctc",
+    ),
+    "hybrid": ("+experiment=so762_hybrid", "model.stack=3", "model.subsample=3"),
+}
+
+#: Named plans: ``ibm`` (16 and 64 learners, global batches 64-640), ``pilot`` (a few
+#: runs to time a plan) and ``tiny`` (the tests').
+PLANS: dict[str, dict] = {
+    "ibm": {"learners": (16, 64), "batches": (64, 192, 640), "base_batch": 64, "epochs": 4},
+    "pilot": {"learners": (16,), "batches": (64, 640), "base_batch": 64, "headline_seeds": (1,), "epochs": 1},
+    "tiny": {
+        "learners": (4,),
+        "batches": (4, 8),
+        "base_batch": 4,
+        "headline_seeds": (1, 2),
+        "epochs": 1,
+        "hybrid_group": 2,
+    },
+}
+
+
+def study_plan(name: str, models: dict[str, tuple[str, ...]] | None = None) -> StudyPlan:
+    """The plan ``name`` (:data:`PLANS`) over ``models`` (default :data:`SO762_MODELS`)."""
+    return StudyPlan(models=dict(models or SO762_MODELS), **PLANS[name])

@@ -1,0 +1,362 @@
+"""Tables and plots of a study's finished runs (``asrkit study report``): what docs/study.md
+shows, regenerated from ``<out>/runs/*/`` (``run.json``, ``sim.json``,
+``train_summary.json``, ``learners.json``).
+
+Times are virtual seconds of the simulated cluster (training epochs only, as
+``train_summary.json`` counts them). A group's *target loss* is the lowest dev loss every
+run of the group reaches, as in ``asrkit bench convergence``; *time to target* is the
+virtual time at the end of the first epoch at or below it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from asrkit.data.io import atomic_write  # noqa: E402
+from asrkit.distributed.topology import expected_mixing_matrix, spectral_gap  # noqa: E402
+from asrkit.study.plan import STRATEGIES  # noqa: E402
+
+__all__ = ["load_runs", "write_report"]
+
+Run = dict[str, Any]
+
+
+def load_runs(out: Path) -> list[Run]:
+    """Every finished run under ``out/runs`` with its curve (epoch, cumulative virtual
+    seconds, dev loss, dev WER or frame accuracy) and its learners' summary."""
+    runs = []
+    for sim_file in sorted((out / "runs").glob("*/sim.json")):
+        where = sim_file.parent
+        run = json.loads((where / "run.json").read_text())
+        history = json.loads((where / "train_summary.json").read_text())["history"]
+        learners = (
+            json.loads((where / "learners.json").read_text()) if (where / "learners.json").is_file() else {}
+        )
+        elapsed, curve = 0.0, []
+        for h in history:
+            elapsed += float(h.get("seconds", 0.0))
+            curve.append(
+                {
+                    "epoch": h["epoch"],
+                    "time": elapsed,
+                    "loss": h["loss"],
+                    "wer": h.get("wer"),
+                    "acc": h.get("frame_acc"),
+                }
+            )
+        run.update(
+            curve=curve,
+            sim=json.loads(sim_file.read_text()),
+            samples_per_s=learners.get("steady_samples_per_s"),
+            consensus=learners.get("mean_consensus_distance"),
+        )
+        runs.append(run)
+    return runs
+
+
+def _target(runs: Iterable[Run]) -> float:
+    return max(min(p["loss"] for p in r["curve"]) for r in runs)
+
+
+def _time_to(run: Run, target: float) -> float | None:
+    return next((p["time"] for p in run["curve"] if p["loss"] <= target), None)
+
+
+def _final(run: Run, key: str) -> float | None:
+    return run["curve"][-1][key] if run["curve"] else None
+
+
+def _mean_sd(values: list[float | None], digits: int = 2) -> str:
+    known = [v for v in values if v is not None]
+    if not known:
+        return "—"
+    if len(known) == 1:
+        return f"{known[0]:.{digits}f}"
+    return f"{statistics.fmean(known):.{digits}f} ± {statistics.stdev(known):.{digits}f}"
+
+
+def _section(title: str, header: list[str], rows: list[list[Any]], figure: str) -> str:
+    return f"{title}\n\n{_table(header, rows)}\n\n![](study/{figure})\n"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _groups(runs: list[Run], key: Callable[[Run], tuple]) -> dict[tuple, list[Run]]:
+    groups: dict[tuple, list[Run]] = defaultdict(list)
+    for r in runs:
+        groups[key(r)].append(r)
+    return dict(sorted(groups.items()))
+
+
+def _order(strategy: str) -> int:
+    return list(STRATEGIES).index(strategy)
+
+
+def _headline(runs: list[Run], figures: Path) -> str:
+    chosen = [r for r in runs if "equal_speed" in r["questions"] and r["straggler"] == "none"]
+    seeds = _groups(chosen, lambda r: (r["model"], r["learners"], r["batch"]))
+    multi = {k: v for k, v in seeds.items() if len({r["seed"] for r in v}) > 1}
+    if not multi:
+        return ""
+    (model, n, batch), group = next(iter(multi.items()))
+    target = _target(group)
+    rows, fig = [], plt.figure(figsize=(7, 4))
+    for strategy, members in sorted(
+        _groups(group, lambda r: (r["strategy"],)).items(), key=lambda kv: _order(kv[0][0])
+    ):
+        rows.append(
+            [
+                strategy[0],
+                len(members),
+                _mean_sd([_final(r, "loss") for r in members], 3),
+                _mean_sd([_final(r, "wer") for r in members]),
+                _mean_sd([_time_to(r, target) for r in members], 0),
+                _mean_sd([r["samples_per_s"] for r in members], 1),
+            ]
+        )
+        epochs = min(len(r["curve"]) for r in members)
+        xs = [statistics.fmean(r["curve"][e]["time"] for r in members) for e in range(epochs)]
+        ys = [statistics.fmean(r["curve"][e]["loss"] for r in members) for e in range(epochs)]
+        plt.plot(xs, ys, marker=".", label=strategy[0])
+    plt.axhline(target, color="grey", linestyle=":", label="target")
+    plt.xlabel("virtual seconds (training)")
+    plt.ylabel("dev loss (mean over seeds)")
+    plt.title(f"{model}, {n} learners, global batch {batch}, equal speed", fontsize=9)
+    plt.legend(fontsize=8)
+    _save(fig, figures / "headline.png")
+    header = [
+        "strategy",
+        "seeds",
+        "final dev loss",
+        "final dev WER %",
+        f"virtual s to loss {target:.3f}",
+        "samples/s",
+    ]
+    title = f"### Headline: {model}, {n} learners, global batch {batch}, equal speed"
+    return _section(title, header, rows, "headline.png")
+
+
+def _equal_speed(runs: list[Run], figures: Path) -> str:
+    chosen = [
+        r for r in runs if "equal_speed" in r["questions"] and r["straggler"] == "none" and r["seed"] == 1
+    ]
+    parts = ["### Equal speed: time to the target loss per strategy\n"]
+    for (model, n, batch), group in _groups(
+        chosen, lambda r: (r["model"], r["learners"], r["batch"])
+    ).items():
+        if len(group) < 2:
+            continue
+        target = _target(group)
+        rows = []
+        fig = plt.figure(figsize=(6, 3.5))
+        for r in sorted(group, key=lambda r: _order(r["strategy"])):
+            reach = _time_to(r, target)
+            rows.append(
+                [
+                    r["strategy"],
+                    f"{_final(r, 'loss'):.3f}",
+                    _fmt(_final(r, "wer")),
+                    _fmt(reach, 0),
+                    _fmt(r["samples_per_s"], 1),
+                ]
+            )
+            plt.plot(
+                [p["time"] for p in r["curve"]],
+                [p["loss"] for p in r["curve"]],
+                marker=".",
+                label=r["strategy"],
+            )
+        fastest = min((row for row in rows if row[3] != "—"), key=lambda row: float(row[3]), default=None)
+        name = f"equal_{model}_n{n}_b{batch}.png"
+        plt.xlabel("virtual seconds")
+        plt.ylabel("dev loss")
+        plt.title(f"{model}, {n} learners, batch {batch}", fontsize=9)
+        plt.legend(fontsize=7)
+        _save(fig, figures / name)
+        header = ["strategy", "final dev loss", "final dev WER %", f"virtual s to {target:.3f}", "samples/s"]
+        first = f"; first to the target: **{fastest[0]}**" if fastest else ""
+        parts.append(_section(f"**{model}, {n} learners, global batch {batch}**{first}", header, rows, name))
+    return "\n".join(parts)
+
+
+def _stragglers(runs: list[Run], figures: Path) -> str:
+    base = {
+        (r["model"], r["strategy"], r["learners"], r["batch"]): r
+        for r in runs
+        if r["straggler"] == "none" and r["seed"] == 1
+    }
+    chosen = [r for r in runs if "stragglers" in r["questions"]]
+    parts = ["### Stragglers: simulated samples/s against the same learners at equal speed\n"]
+    for (model, n, batch), group in _groups(
+        chosen, lambda r: (r["model"], r["learners"], r["batch"])
+    ).items():
+        rows = []
+        for r in sorted(group, key=lambda r: (r["straggler"], _order(r["strategy"]))):
+            equal = base.get((model, r["strategy"], n, batch))
+            ratio = (
+                r["samples_per_s"] / equal["samples_per_s"]
+                if equal and equal["samples_per_s"] and r["samples_per_s"]
+                else None
+            )
+            rows.append(
+                [
+                    r["straggler"],
+                    r["strategy"],
+                    _fmt(r["samples_per_s"], 1),
+                    _fmt(ratio, 3),
+                    f"{_final(r, 'loss'):.3f}",
+                ]
+            )
+        fig = plt.figure(figsize=(6, 3.5))
+        for offset, straggler in enumerate(sorted({r["straggler"] for r in group})):
+            members = sorted(
+                (r for r in group if r["straggler"] == straggler), key=lambda r: _order(r["strategy"])
+            )
+            plt.bar(
+                [_order(r["strategy"]) + 0.4 * offset for r in members],
+                [r["samples_per_s"] or 0 for r in members],
+                width=0.4,
+                label=straggler,
+            )
+        plt.xticks(range(len(STRATEGIES)), list(STRATEGIES), rotation=20, fontsize=7)
+        plt.ylabel("samples per virtual second")
+        plt.title(f"{model}, {n} learners, batch {batch}", fontsize=9)
+        plt.legend(fontsize=7)
+        name = f"stragglers_{model}_n{n}_b{batch}.png"
+        _save(fig, figures / name)
+        header = ["straggler", "strategy", "samples/s", "vs equal speed", "final dev loss"]
+        parts.append(_section(f"**{model}, {n} learners, global batch {batch}**", header, rows, name))
+    return "\n".join(parts)
+
+
+def _batch(runs: list[Run], figures: Path) -> str:
+    chosen = [r for r in runs if "batch" in r["questions"] and r["straggler"] == "none" and r["seed"] == 1]
+    parts = ["### Batch size: final dev loss and WER against the global batch\n"]
+    for (model, n), group in _groups(chosen, lambda r: (r["model"], r["learners"])).items():
+        rows = []
+        fig = plt.figure(figsize=(6, 3.5))
+        for (strategy,), members in _groups(group, lambda r: (r["strategy"],)).items():
+            members.sort(key=lambda r: r["batch"])
+            smallest = _final(members[0], "loss")
+            for r in members:
+                loss = _final(r, "loss")
+                rows.append(
+                    [
+                        strategy,
+                        r["batch"],
+                        f"{r['lr']:.3g}",
+                        f"{loss:.3f}",
+                        _fmt(loss / smallest if smallest else None, 3),
+                        _fmt(_final(r, "wer")),
+                        _fmt(_final(r, "acc")),
+                    ]
+                )
+            plt.plot(
+                [r["batch"] for r in members],
+                [_final(r, "loss") for r in members],
+                marker="o",
+                label=strategy,
+            )
+        plt.xscale("log")
+        plt.xlabel("global batch (utterances)")
+        plt.ylabel("final dev loss")
+        plt.title(f"{model}, {n} learners", fontsize=9)
+        plt.legend(fontsize=7)
+        name = f"batch_{model}_n{n}.png"
+        _save(fig, figures / name)
+        header = [
+            "strategy",
+            "global batch",
+            "lr",
+            "final dev loss",
+            "vs smallest batch",
+            "final dev WER %",
+            "frame acc %",
+        ]
+        parts.append(f"**{model}, {n} learners**\n\n{_table(header, rows)}\n\n![](study/{name})\n")
+    return "\n".join(parts)
+
+
+def _spectral(runs: list[Run]) -> str:
+    chosen = [
+        r
+        for r in runs
+        if "spectral" in r["questions"]
+        and r["strategy"] in ("adpsgd_fixed", "adpsgd_random")
+        and r["seed"] == 1
+    ]
+    rows = []
+    for r in sorted(chosen, key=lambda r: (r["model"], r["learners"], r["batch"], r["strategy"])):
+        pattern = r["strategy"].split("_")[1]
+        gap = spectral_gap(expected_mixing_matrix(pattern, r["learners"]))
+        rows.append(
+            [
+                r["model"],
+                r["learners"],
+                r["batch"],
+                pattern,
+                f"{gap:.4f}",
+                _fmt(r["consensus"], 4),
+                f"{_final(r, 'loss'):.3f}",
+            ]
+        )
+    header = [
+        "model",
+        "learners",
+        "global batch",
+        "pattern",
+        "spectral gap of E[W]",
+        "consensus distance at the end",
+        "final dev loss",
+    ]
+    return "### Fixed ring against random pairing\n\n" + _table(header, rows) + "\n" if rows else ""
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _save(fig: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_report(out: Path, docs: Path) -> Path:
+    """``docs/study_results.md`` and its figures in ``docs/study/`` from ``out``'s finished
+    runs; returns the markdown's path."""
+    runs = load_runs(out)
+    figures = docs / "study"
+    plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").is_file() else {"runs": []}
+    intro = (
+        "<!-- generated by `asrkit study report`; do not edit: rerun it -->\n"
+        f"# Study results ({len(runs)} of {len(plan['runs'])} planned runs finished)\n\n"
+        "Virtual seconds of the simulated cluster; dev loss is the CTC loss per utterance "
+        "(ctc) or the frame cross-entropy (hybrid). See docs/study.md for the verdicts.\n"
+    )
+    sections = [
+        _headline(runs, figures),
+        _equal_speed(runs, figures),
+        _stragglers(runs, figures),
+        _batch(runs, figures),
+        _spectral(runs),
+    ]
+    path = docs / "study_results.md"
+    atomic_write(path, intro + "\n" + "\n".join(s for s in sections if s))
+    return path
