@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 from pathlib import Path
 
@@ -27,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--out", type=Path, default=Path("exp/study"), help="study dir (default exp/study)")
     run.add_argument("--network", choices=sorted(NETWORKS), default="infiniband")
     run.add_argument("--max-runs", type=int, help="stop after this many runs (default: all)")
+    run.add_argument("--epochs", type=int, help="training epochs of every run (default: the plan's)")
     run.add_argument(
         "--model",
         action="append",
@@ -63,7 +65,11 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--plan {args.plan}: unknown; choose one of {', '.join(PLANS)}")
     if args.max_runs is not None and args.max_runs < 1:
         raise ConfigError(f"--max-runs {args.max_runs}: give at least 1")
+    if args.epochs is not None and args.epochs < 1:
+        raise ConfigError(f"--epochs {args.epochs}: give at least 1")
     plan = study_plan(args.plan, _models(args.model))
+    if args.epochs is not None:
+        plan = dataclasses.replace(plan, epochs=args.epochs)
     counts = run_study(
         plan, args.out, network=NETWORKS[args.network], max_runs=args.max_runs, config_dir=args.config_dir
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from asrkit.config import DEFAULT_CONFIG_DIR, compose, to_object
 from asrkit.data.io import atomic_write
+from asrkit.errors import ConfigError
 from asrkit.sim.calibrate import learner_batch_caps
 from asrkit.sim.experiment import simulate_experiment
 from asrkit.sim.network import Network
@@ -33,11 +34,14 @@ def run_study(
     """Simulate every unfinished run of ``plan`` (at most ``max_runs`` now); returns how
     many were finished before, run now and left."""
     runs = plan.runs()
+    settings = json.loads(
+        json.dumps({"plan": dataclasses.asdict(plan), "network": dataclasses.asdict(network)})
+    )
+    if (out / "plan.json").is_file():
+        _check_same_settings(out, settings)
     out.mkdir(parents=True, exist_ok=True)
     listing = [{"name": r.name, **dataclasses.asdict(r), "overrides": plan.overrides(r)} for r in runs]
-    atomic_write(
-        out / "plan.json", json.dumps({"network": dataclasses.asdict(network), "runs": listing}, indent=2)
-    )
+    atomic_write(out / "plan.json", json.dumps({**settings, "runs": listing}, indent=2))
     pending = [r for r in runs if not (out / "runs" / r.name / "sim.json").is_file()]
     counts = {"finished_before": len(runs) - len(pending), "run_now": 0, "left": len(pending)}
     log.info(
@@ -62,6 +66,20 @@ def run_study(
             each,
         )
     return counts
+
+
+def _check_same_settings(out: Path, settings: dict) -> None:
+    """A study dir continues only with the settings it was started with."""
+    before = json.loads((out / "plan.json").read_text())
+    plan_before, plan_now = before.get("plan", {}), settings["plan"]
+    changed = sorted(k for k in {**plan_before, **plan_now} if plan_before.get(k) != plan_now.get(k))
+    if before.get("network") != settings["network"]:
+        changed.append("network")
+    if changed:
+        raise ConfigError(
+            f"{out} holds a study started with other settings ({', '.join(changed)} differ); "
+            "continue it with the same plan, models, epochs and network, or give another --out"
+        )
 
 
 def _run_one(plan: StudyPlan, run: StudyRun, out: Path, *, network: Network, config_dir: str | Path) -> None:

@@ -33,6 +33,9 @@ def test_a_study_resumes_where_it_stopped_and_reports_every_question(tmp_path: P
     costs = list((out / "step_costs").glob("ctc_b*_f*.json"))
     assert len(costs) == 2  # batches 4 and 8 over 4 learners: 1 and 2 utterances each
 
+    other = run_cli("study", "run", "--plan", "tiny", "--out", str(out), "--model", model, "--epochs", "2")
+    assert other.returncode == 2 and "epochs differ" in other.stderr and "another --out" in other.stderr
+
     report = run_cli("study", "report", "--out", str(out), "--docs", str(tmp_path / "docs"))
     assert report.returncode == 0, report.stderr[-3000:]
     text = (tmp_path / "docs" / "study_results.md").read_text()
