@@ -73,6 +73,11 @@ def _time_to(run: Run, target: float) -> float | None:
     return next((p["time"] for p in run["curve"] if p["loss"] <= target), None)
 
 
+def _loss(run: Run) -> float:
+    """The run's last dev loss."""
+    return float(run["curve"][-1]["loss"])
+
+
 def _final(run: Run, key: str) -> float | None:
     return run["curve"][-1][key] if run["curve"] else None
 
@@ -123,7 +128,7 @@ def _headline(runs: list[Run], figures: Path) -> str:
             [
                 strategy[0],
                 len(members),
-                _mean_sd([_final(r, "loss") for r in members], 3),
+                _mean_sd([_loss(r) for r in members], 3),
                 _mean_sd([_final(r, "wer") for r in members]),
                 _mean_sd([_time_to(r, target) for r in members], 0),
                 _mean_sd([r["samples_per_s"] for r in members], 1),
@@ -169,7 +174,7 @@ def _equal_speed(runs: list[Run], figures: Path) -> str:
             rows.append(
                 [
                     r["strategy"],
-                    f"{_final(r, 'loss'):.3f}",
+                    f"{_loss(r):.3f}",
                     _fmt(_final(r, "wer")),
                     _fmt(reach, 0),
                     _fmt(r["samples_per_s"], 1),
@@ -219,7 +224,7 @@ def _stragglers(runs: list[Run], figures: Path) -> str:
                     r["strategy"],
                     _fmt(r["samples_per_s"], 1),
                     _fmt(ratio, 3),
-                    f"{_final(r, 'loss'):.3f}",
+                    f"{_loss(r):.3f}",
                 ]
             )
         fig = plt.figure(figsize=(6, 3.5))
@@ -252,9 +257,9 @@ def _batch(runs: list[Run], figures: Path) -> str:
         fig = plt.figure(figsize=(6, 3.5))
         for (strategy,), members in _groups(group, lambda r: (r["strategy"],)).items():
             members.sort(key=lambda r: r["batch"])
-            smallest = _final(members[0], "loss")
+            smallest = _loss(members[0])
             for r in members:
-                loss = _final(r, "loss")
+                loss = _loss(r)
                 rows.append(
                     [
                         strategy,
@@ -268,7 +273,7 @@ def _batch(runs: list[Run], figures: Path) -> str:
                 )
             plt.plot(
                 [r["batch"] for r in members],
-                [_final(r, "loss") for r in members],
+                [_loss(r) for r in members],
                 marker="o",
                 label=strategy,
             )
@@ -312,7 +317,7 @@ def _spectral(runs: list[Run]) -> str:
                 pattern,
                 f"{gap:.4f}",
                 _fmt(r["consensus"], 4),
-                f"{_final(r, 'loss'):.3f}",
+                f"{_loss(r):.3f}",
             ]
         )
     header = [
