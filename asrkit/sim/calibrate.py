@@ -84,7 +84,8 @@ def measure_step_cost(
     cfg: AsrkitConfig, parts: LearnerParts, *, steps: int = 16, warmup: int = 3
 ) -> StepCost:
     """Train one learner for ``warmup + steps`` steps at the simulated learners' batch
-    caps (the first ``warmup`` are not counted), then validate once; fit the line."""
+    caps (the first ``warmup`` are not counted; a training set of fewer batches is gone
+    through again), validating at epoch ends; fit the line."""
     if steps < 2:
         raise ConfigError(f"measuring a step cost needs at least 2 steps, got {steps}")
     max_batch, max_frames = learner_batch_caps(cfg)
@@ -93,7 +94,7 @@ def measure_step_cost(
         max_batch=max_batch,
         max_frames=max_frames,
         max_steps=warmup + steps,
-        epochs=1,
+        epochs=warmup + steps,  # a small training set is cycled until max_steps
         in_memory=True,
         prefetch=0,
         adapt_threads=False,
