@@ -25,8 +25,6 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,7 @@ from typing import Any
 import torch
 
 from asrkit.bench.sim import bench_parts, read_bench_data, split_utterances
-from asrkit.bench.strategies import _free_port
+from asrkit.bench.strategies import run_torchrun
 from asrkit.config import compose, to_object
 from asrkit.data import read_data_dir
 from asrkit.sim.calibrate import measure_step_cost
@@ -103,26 +101,14 @@ class _Sides:
     def real(self, overrides: list[str], learners: int, *, held_out: bool) -> dict[str, Any]:
         self.runs += 1
         out = self.tmp / f"real{self.runs}"
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc-per-node={learners}",
-            f"--master-port={_free_port()}",
-            "--max-restarts=0",
-            "-m",
+        args = [str(self.data_dir), str(self.tok_dir), str(out), str(self.utterances)]
+        run_torchrun(
             "asrkit.bench.sim_worker",
-            str(self.data_dir),
-            str(self.tok_dir),
-            str(out),
-            str(self.utterances),
-            "held-out" if held_out else "-",
-            *overrides,
-        ]
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"torchrun {' '.join(overrides[-5:])} failed:\n{proc.stderr[-3000:]}")
+            learners,
+            [*args, "held-out" if held_out else "-", *overrides],
+            what=f"torchrun {' '.join(overrides[-5:])}",
+            timeout_s=1800,
+        )
         return _outcome(out)
 
     def simulated(self, overrides: list[str], learners: int, *, held_out: bool) -> dict[str, Any]:

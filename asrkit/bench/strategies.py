@@ -30,6 +30,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_torchrun(module: str, learners: int, args: list[str], *, what: str, timeout_s: float) -> None:
+    """``python -m module ARGS`` as ``learners`` torchrun workers on this machine, one
+    thread each; raises with the end of their stderr if it fails."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={learners}",
+        f"--master-port={_free_port()}",
+        "--max-restarts=0",
+        "-m",
+        module,
+        *args,
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{proc.stderr[-3000:]}")
+
+
 def run_workers(
     tmp: Path,
     data_dir: Path,
@@ -49,15 +69,7 @@ def run_workers(
     if not (tmp / "tok" / "sp.model").is_file():
         train_tokenizer(read_data_dir(data_dir).text or {}, tmp / "tok", TokenizerConfig(kind="char"))
     out = tmp / f"{name}-{learners}-{straggler}"
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={learners}",
-        f"--master-port={_free_port()}",
-        "--max-restarts=0",
-        "-m",
-        "asrkit.bench.strategy_worker",
+    args = [
         str(data_dir),
         str(tmp / "tok"),
         str(out),
@@ -66,12 +78,14 @@ def run_workers(
         str(utterances),
         str(epochs),
         pattern,
-        "held-out" if held_out else "-",
     ]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{name} x{learners} ({straggler}) failed:\n{proc.stderr[-3000:]}")
+    run_torchrun(
+        "asrkit.bench.strategy_worker",
+        learners,
+        [*args, pattern, "held-out" if held_out else "-"],
+        what=f"{name} x{learners} ({straggler})",
+        timeout_s=900,
+    )
     result = json.loads((out / "learners.json").read_text())
     result["history"] = json.loads((out / "history.json").read_text())
     return result
