@@ -9,16 +9,15 @@ main learner writes ``learners.json`` and ``history.json`` (its per-epoch dev me
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 from asrkit.bench.sim import bench_parts, read_bench_data, split_utterances
+from asrkit.bench.strategy_worker import train_and_report
 from asrkit.config import compose, to_object
-from asrkit.distributed.base import write_learner_metrics
-from asrkit.distributed.launch import context_from_env, init_process_group, shutdown_process_group
+from asrkit.distributed.launch import context_from_env, init_process_group
 from asrkit.distributed.strategies import join_torchrun
 from asrkit.learner import build_trainer
 from asrkit.targets import Tokenizer
@@ -38,12 +37,7 @@ def main(argv: list[str]) -> int:
     model = parts.new_model()
     strategy, comm = join_torchrun(cfg.strategy, ctx, seed=cfg.seed)
     trainer = build_trainer(cfg, parts, model, exp_dir=out, comm=comm, strategy=strategy, resume_states=False)
-    state = trainer.fit()
-    if ctx.is_main:
-        write_learner_metrics(out, trainer.learners_summary)
-        (out / "history.json").write_text(json.dumps(state.history))
-    shutdown_process_group()
-    return 0
+    return train_and_report(trainer, ctx, out)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,12 @@ import torch
 
 from asrkit.distributed.base import write_learner_metrics
 from asrkit.distributed.config import WEIGHT_AVERAGING, StragglerConfig, strategy_config
-from asrkit.distributed.launch import context_from_env, init_process_group, shutdown_process_group
+from asrkit.distributed.launch import (
+    DistContext,
+    context_from_env,
+    init_process_group,
+    shutdown_process_group,
+)
 from asrkit.distributed.strategies import join_torchrun
 from asrkit.features.cmvn import read_cmvn
 from asrkit.models import ModelConfig, build_model
@@ -75,6 +80,11 @@ def main(argv: list[str]) -> int:
         strategy=chosen,
         seed=0,
     )
+    return train_and_report(trainer, ctx, out)
+
+
+def train_and_report(trainer: Trainer, ctx: DistContext, out: Path) -> int:
+    """Train; the main learner writes ``learners.json`` and ``history.json`` in ``out``."""
     state = trainer.fit()
     if ctx.is_main:
         write_learner_metrics(out, trainer.learners_summary)
