@@ -97,6 +97,7 @@ def bench_sim(
             "train.progress=false",
             "train.log_every=1000000",
             "specaug.enabled=false",
+            "optim.fused=true",  # both sides: the study's optimizer (see OptimConfig.fused)
             f"features.num_mel_bins={dim}",
         ]
 
@@ -114,13 +115,18 @@ def bench_sim(
                 cost=StepCost(step_s=0.0, frame_s=1e-5),
                 parts=parts,
             )
+            # The samples the learners processed: an asynchronous strategy's learners end a
+            # global epoch by their progress and may process a few more than the set.
+            detail = (result.learners or {}).get("learners_detail")
+            samples = sum(m["samples"] for m in detail) if detail else epochs * len(utts)
             return {
                 "strategy": strategy if n > 1 else "one learner",
                 "learners": n,
+                "samples": samples,
                 "real_s": round(result.real_s, 2),
                 "fit_real_s": round(result.fit_real_s, 2),
-                "samples_per_real_s": round(epochs * len(utts) / result.fit_real_s, 2),
-                "samples_per_real_s_with_setup": round(epochs * len(utts) / result.real_s, 2),
+                "samples_per_real_s": round(samples / result.fit_real_s, 2),
+                "samples_per_real_s_with_setup": round(samples / result.real_s, 2),
             }
 
         baseline = run("single", 1)

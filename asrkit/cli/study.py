@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import shlex
 from pathlib import Path
 
@@ -17,8 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "study",
         help="run or report the study of IBM's distributed-training claims (simulated learners)",
-        description="run: simulate every run of a plan that has not finished yet, one after "
-        "another, into OUT/runs/<name>/ (stop it at any time; started again it goes on where "
+        description="run: simulate every run of a plan that has not finished yet, --jobs at a "
+        "time, into OUT/runs/<name>/ (stop it at any time; started again it goes on where "
         "it stopped). report: tables and plots of the finished runs (docs/study_results.md and "
         "docs/study/).",
     )
@@ -28,6 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--out", type=Path, default=Path("exp/study"), help="study dir (default exp/study)")
     run.add_argument("--network", choices=sorted(NETWORKS), default="infiniband")
     run.add_argument("--max-runs", type=int, help="stop after this many runs (default: all)")
+    run.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, len(os.sched_getaffinity(0))),
+        help="runs side by side, one thread and one core each (default: 2, or 1 on one core)",
+    )
     run.add_argument("--epochs", type=int, help="training epochs of every run (default: the plan's)")
     run.add_argument(
         "--model",
@@ -71,7 +78,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.epochs is not None:
         plan = dataclasses.replace(plan, epochs=args.epochs)
     counts = run_study(
-        plan, args.out, network=NETWORKS[args.network], max_runs=args.max_runs, config_dir=args.config_dir
+        plan,
+        args.out,
+        network=NETWORKS[args.network],
+        max_runs=args.max_runs,
+        jobs=args.jobs,
+        config_dir=args.config_dir,
     )
     print(
         f"study {args.out}: {counts['finished_before']} finished before, {counts['run_now']} run now, "

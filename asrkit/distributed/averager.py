@@ -47,6 +47,7 @@ class PairwiseAverager:
         self.pattern, self.seed, self.period, self.check_every = pattern, seed, period, check_every
         self.snapshot = flatten(params)
         self.pending = torch.zeros_like(self.snapshot)
+        self._pending_zero = True  # spares the arithmetic of adding zeros (often the case)
         self.runtime = comm.runtime
         self.cond = self.runtime.condition()
         self.local_steps = 0
@@ -71,9 +72,15 @@ class PairwiseAverager:
     # -- compute-thread side -------------------------------------------------------------
 
     def publish(self, samples: int) -> None:
-        """After a local step: apply the pending delta, publish a new snapshot."""
-        add_flat_(self.params, self.take_pending())
-        self.publish_snapshot(samples)
+        """After a local step: apply the pending delta, publish a new snapshot (one critical
+        section, so a round cannot fall between the two)."""
+        self._raise_if_failed()
+        with self.cond:
+            if not self._pending_zero:
+                add_flat_(self.params, self.pending)
+                self.pending.zero_()
+                self._pending_zero = True
+            self._publish(samples)
 
     def take_pending(self) -> torch.Tensor:
         """The averaging delta accumulated since the last call (the caller applies it)."""
@@ -81,18 +88,24 @@ class PairwiseAverager:
         with self.cond:
             delta = self.pending.clone()
             self.pending.zero_()
+            self._pending_zero = True
             # Until the next snapshot, snapshot + pending must still equal the weights the
-            # caller is about to have, or a round in between would miss this delta.
-            self.snapshot += delta
+            # caller is about to have, or a round in between would miss this delta. (A new
+            # tensor: the old snapshot may still be on its way to a partner.)
+            self.snapshot = self.snapshot + delta
         return delta
 
     def publish_snapshot(self, samples: int) -> None:
         """The compute loop's weights after a step (and its delta): the next round's ``x_i``."""
         with self.cond:
-            self.snapshot = flatten(self.params)
-            self.local_steps += 1
-            self.local_samples += samples
-            self.cond.notify_all()
+            self._publish(samples)
+
+    def _publish(self, samples: int) -> None:
+        # A new tensor each time, never changed in place: a round sends it as it is.
+        self.snapshot = flatten(self.params)
+        self.local_steps += 1
+        self.local_samples += samples
+        self.cond.notify_all()
 
     def progress_samples(self) -> float:
         """Samples processed by all learners: at least the last all-reduced total plus this
@@ -143,10 +156,12 @@ class PairwiseAverager:
                     self.cond.wait_for(functools.partial(self._paced, (k + 1) * self.period))
                     # The learner's weights are its snapshot plus what is still pending
                     # (not yet applied by the compute loop, e.g. after it has finished).
-                    mine = self.snapshot + self.pending
+                    mine = self.snapshot if self._pending_zero else self.snapshot + self.pending
                 theirs = self._exchange(mine, self._partner(k))
+                difference = theirs - mine  # neither changes: tensors are replaced, not updated
                 with self.cond:
-                    self.pending += 0.5 * (theirs - mine)
+                    self.pending.add_(difference, alpha=0.5)  # x_i += (x_j - x_i) / 2
+                    self._pending_zero = False
                 self.rounds += 1
                 k += 1
         except BaseException as err:  # reported to the compute thread at its next step

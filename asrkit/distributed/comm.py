@@ -119,7 +119,9 @@ class Communicator(ABC):
     def exchange(self, tensor: torch.Tensor, partner: int) -> Pending:
         """Start sending ``tensor`` to global rank ``partner`` and receiving the tensor it
         sends here (same shape); ``wait()`` returns the received tensor. The partner
-        calls ``exchange`` with this rank in the same round."""
+        calls ``exchange`` with this rank in the same round. Neither tensor may be changed
+        in place afterwards (the partner may read this one after ``wait()`` has returned
+        here; the received one may be the partner's own): make new tensors instead."""
 
     @abstractmethod
     def data_parallel(self, model: nn.Module, *, ordered_sum: bool = False) -> nn.Module:

@@ -109,8 +109,10 @@ class SimWorld:
         self._sent[channel] = index + 1
         nbytes = tensor.numel() * tensor.element_size()
         self.bytes_sent[sender] += nbytes
+        # Not copied: the sender must not change it until the partner has it (the
+        # Communicator.exchange contract), as for a buffer handed to isend.
         self.message(channel, index).set(
-            tensor.detach().clone(), at=self.clock.now() + self.network.transfer_s(nbytes)
+            tensor.detach(), at=self.clock.now() + self.network.transfer_s(nbytes)
         )
 
     def receive(self, channel: tuple) -> tuple[int, Event]:
@@ -175,7 +177,9 @@ class SimCommunicator(Communicator):
 
     def all_reduce(self, tensor: torch.Tensor) -> None:
         cost = self.world.network.all_reduce_s(_nbytes(tensor), self.size)
-        tensor.copy_(self._start("all_reduce", tensor.detach().clone(), self._sum, cost).wait())
+        # Not copied: this learner waits until every member has given its tensor and the
+        # sum (a new tensor) is made, so nothing changes it in between.
+        tensor.copy_(self._start("all_reduce", tensor.detach(), self._sum, cost).wait())
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> None:
         value = tensor.detach().clone() if self.rank == src else None
@@ -239,12 +243,12 @@ class _SimDataParallel(nn.Module):
         for p in self._params:
             assert p.grad is not None  # every hook fired: every gradient is there
             grads.append(p.grad)
-        flat = torch.cat([g.reshape(-1) for g in grads]) / self.comm.size
+        flat = torch.cat([g.reshape(-1) for g in grads]).div_(self.comm.size)
         self.comm.all_reduce(flat)
-        offset = 0
-        for g in grads:
-            n = g.numel()
-            g.copy_(flat[offset : offset + n].view_as(g))
+        offset = 0  # the gradients become views of the mean (no copy back)
+        for p in self._params:
+            n = p.numel()
+            p.grad = flat[offset : offset + n].view_as(p)
             offset += n
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -32,7 +32,7 @@ from asrkit.data.io import atomic_write
 from asrkit.distributed.base import write_learner_metrics
 from asrkit.distributed.strategies import join
 from asrkit.learner import LearnerParts, build_trainer, prepare_learner, write_final_model
-from asrkit.sim.clock import Clock
+from asrkit.sim.clock import Clock, Event
 from asrkit.sim.comm import SimWorld
 from asrkit.sim.network import Network
 from asrkit.training.strategy import TrainState
@@ -111,6 +111,9 @@ def simulate(
     world = SimWorld(clock, learners, network)
     charge = _ComputeTime(clock, cost)
     fits: list[float] = []  # real times training started and ended, all learners
+    # Training starts once every learner is built, so the real time of training
+    # (``fit_real_s``) leaves out building the learners, which runs once per run.
+    built, building = Event(clock, "every learner to be built"), [learners]
 
     def learner(rank: int) -> tuple[TrainState, dict[str, Any] | None, float]:
         torch.manual_seed(cfg.seed + rank)  # as each torchrun learner seeds itself
@@ -122,6 +125,10 @@ def simulate(
         trainer = build_trainer(
             cfg, parts, model, exp_dir=exp_dir, comm=comm, strategy=strategy, resume_states=False
         )
+        building[0] -= 1
+        if not building[0]:
+            built.set()
+        built.wait()
         fits.append(time.monotonic())
         state = trainer.fit()
         fits.append(time.monotonic())

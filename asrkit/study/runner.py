@@ -1,19 +1,34 @@
-"""Run a study's plan: every run not finished yet, one after another, each into
-``<out>/runs/<name>/`` (resumable: a run counts as finished once its ``sim.json`` exists,
-so a stopped study goes on where it stopped when started again)."""
+"""Run a study's plan: every run not finished yet, each into ``<out>/runs/<name>/``
+(resumable: a run counts as finished once its ``sim.json`` exists, so a stopped study goes
+on where it stopped when started again).
+
+Every run computes on one thread: the simulator computes one learner at a time, at a
+learner's small share of the batch, where a second thread adds little (``asrkit bench
+sim``), so ``jobs`` runs go side by side instead, each pinned to its own core. Step costs
+are measured first, one after another, so what a run computes does not depend on how many
+ran beside it or in which order.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
+import multiprocessing
+import os
+import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from asrkit.config import DEFAULT_CONFIG_DIR, compose, to_object
+import torch
+
+from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, compose, to_object
 from asrkit.data.io import atomic_write
 from asrkit.errors import ConfigError
-from asrkit.sim.calibrate import learner_batch_caps
+from asrkit.learner import prepare_learner
+from asrkit.sim.calibrate import learner_batch_caps, load_or_measure
 from asrkit.sim.experiment import simulate_experiment
 from asrkit.sim.network import Network
 from asrkit.study.plan import StudyPlan, StudyRun
@@ -29,10 +44,13 @@ def run_study(
     *,
     network: Network,
     max_runs: int | None = None,
+    jobs: int = 1,
     config_dir: str | Path = DEFAULT_CONFIG_DIR,
 ) -> dict[str, int]:
-    """Simulate every unfinished run of ``plan`` (at most ``max_runs`` now); returns how
-    many were finished before, run now and left."""
+    """Simulate every unfinished run of ``plan`` (at most ``max_runs`` now), ``jobs`` at a
+    time; returns how many were finished before, run now and left."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: give at least 1")
     runs = plan.runs()
     settings = json.loads(
         json.dumps({"plan": dataclasses.asdict(plan), "network": dataclasses.asdict(network)})
@@ -51,20 +69,24 @@ def run_study(
         counts["finished_before"],
         len(pending),
     )
-    began = time.monotonic()
-    for run in pending[:max_runs]:
-        _run_one(plan, run, out, network=network, config_dir=config_dir)
-        counts["run_now"] += 1
-        counts["left"] -= 1
-        each = (time.monotonic() - began) / counts["run_now"]
-        log.info(
-            "study: %s done (%d of %d now; about %.0f min left at %.0f s per run)",
-            run.name,
-            counts["run_now"],
-            len(pending),
-            counts["left"] * each / 60,
-            each,
-        )
+    todo = pending[:max_runs]
+    with _one_thread():
+        for run in todo:  # step costs first: each is measured once, alone
+            _step_cost(plan, run, out, config_dir=config_dir)
+        began = time.monotonic()
+        for name in _simulate_all(plan, todo, out, network=network, jobs=jobs, config_dir=config_dir):
+            counts["run_now"] += 1
+            counts["left"] -= 1
+            each = (time.monotonic() - began) / counts["run_now"]
+            log.info(
+                "study: %s done (%d of %d now; about %.0f min left at %.0f s per run, %d at a time)",
+                name,
+                counts["run_now"],
+                len(todo),
+                (len(todo) - counts["run_now"]) * each / 60,
+                each * jobs,
+                jobs,
+            )
     return counts
 
 
@@ -82,13 +104,89 @@ def _check_same_settings(out: Path, settings: dict) -> None:
         )
 
 
-def _run_one(plan: StudyPlan, run: StudyRun, out: Path, *, network: Network, config_dir: str | Path) -> None:
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _simulate_all(
+    plan: StudyPlan, runs: list[StudyRun], out: Path, *, network: Network, jobs: int, config_dir: str | Path
+) -> Iterator[str]:
+    """Simulate ``runs``, ``jobs`` at a time; yields each name as it finishes."""
+    if jobs == 1 or len(runs) < 2:
+        for run in runs:
+            _run_one(plan, run, out, network=network, config_dir=config_dir)
+            yield run.name
+        return
+    context = multiprocessing.get_context("spawn")  # no forked torch thread pools
+    counter = context.Value("i", 0)
+    level = logging.getLogger("asrkit").getEffectiveLevel()
+    pool = context.Pool(min(jobs, len(runs)), initializer=_start_job, initargs=(counter, level))
+    try:
+        tasks = [(plan, run, out, network, str(config_dir)) for run in runs]
+        yield from pool.imap_unordered(_job, tasks)
+        pool.close()
+    finally:
+        pool.terminate()  # a failed run or Ctrl-C: the others stop too (and resume later)
+        pool.join()
+
+
+def _start_job(counter: multiprocessing.sharedctypes.Synchronized[int], level: int) -> None:
+    """A job process: one thread, its own core, the parent's log level; Ctrl-C is the
+    parent's to handle (it stops the pool)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with counter.get_lock():
+        index = counter.value
+        counter.value += 1
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[index % len(cores)]})
+    torch.set_num_threads(1)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%Y-%m-%d %H:%M:%S"
+    )
+    logging.getLogger("asrkit").setLevel(level)
+
+
+def _job(task: tuple[StudyPlan, StudyRun, Path, Network, str]) -> str:
+    plan, run, out, network, config_dir = task
+    _run_one(plan, run, out, network=network, config_dir=config_dir)
+    return run.name
+
+
+def _run_config(
+    plan: StudyPlan, run: StudyRun, config_dir: str | Path
+) -> tuple[AsrkitConfig, list[str], float]:
     overrides = plan.overrides(run)
     cfg = to_object(compose(overrides, config_dir=config_dir))
     lr = cfg.optim.lr * plan.lr_scale(run)
-    cfg = dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=lr))
+    return dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=lr)), overrides, lr
+
+
+def _cost_file(run: StudyRun, out: Path, cfg: AsrkitConfig) -> Path:
     caps = learner_batch_caps(cfg)
-    cost = out / "step_costs" / f"{run.model}_b{caps[0]}_f{caps[1]}.json"
+    return out / "step_costs" / f"{run.model}_b{caps[0]}_f{caps[1]}.json"
+
+
+def _step_cost(plan: StudyPlan, run: StudyRun, out: Path, *, config_dir: str | Path) -> None:
+    """Measure ``run``'s step cost into the study's ``step_costs/`` if it is not there."""
+    cfg, _, _ = _run_config(plan, run, config_dir)
+    path = _cost_file(run, out, cfg)
+    if path.is_file():
+        return
+    in_memory = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, in_memory=True, prefetch=0))
+    parts = prepare_learner(in_memory, data_root=Path(cfg.data_root), exp_dir=Path(cfg.exp_dir), log_it=False)
+    cost, _ = load_or_measure(path, in_memory, parts)
+    log.info("study: step cost of %s measured: %s", path.name, cost)
+
+
+def _run_one(plan: StudyPlan, run: StudyRun, out: Path, *, network: Network, config_dir: str | Path) -> None:
+    cfg, overrides, lr = _run_config(plan, run, config_dir)
+    cost = _cost_file(run, out, cfg)
     dest = out / "runs" / run.name
     log.info("study: %s (%s)", run.name, " ".join(overrides))
     dest.mkdir(parents=True, exist_ok=True)

@@ -71,7 +71,12 @@ def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.o
     the config was composed: :data:`asrkit.choices.OPTIMIZERS`)."""
     if cfg.name == "adam":
         return torch.optim.Adam(
-            params, lr=cfg.lr, betas=(cfg.betas[0], cfg.betas[1]), eps=cfg.eps, weight_decay=cfg.weight_decay
+            params,
+            lr=cfg.lr,
+            betas=(cfg.betas[0], cfg.betas[1]),
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+            fused=cfg.fused or None,
         )
     return torch.optim.SGD(
         params,
@@ -79,6 +84,7 @@ def build_optimizer(params: Iterable[nn.Parameter], cfg: OptimConfig) -> torch.o
         momentum=cfg.momentum,
         nesterov=cfg.nesterov and cfg.momentum > 0,
         weight_decay=cfg.weight_decay,
+        fused=cfg.fused or None,
     )
 
 
@@ -511,6 +517,8 @@ class Trainer:
         position = (int(state["position"]["epoch"]), int(state["position"]["batch"]))
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # this run's optim.fused, not the saved one
+            group["fused"] = self.optimizer.defaults.get("fused")
         set_rng_state(state["rng"], self.generator)
         progress = state["progress"]
         self.state = TrainState(

@@ -50,15 +50,18 @@ def _experiment(root: Path, name: str) -> Path:
     return exp
 
 
-@pytest.mark.parametrize(("learners", "ordered"), [(2, False), (4, True)])
+@pytest.mark.parametrize(
+    ("learners", "ordered", "fused"), [(2, False, False), (4, True, False), (4, True, True)]
+)
 def test_simulated_sync_learners_end_on_torchruns_model_bitwise(
-    tmp_path: Path, learners: int, ordered: bool
+    tmp_path: Path, learners: int, ordered: bool, fused: bool
 ) -> None:
     common = _prepare(tmp_path)
     strategy = [
         "strategy=sync",
         f"strategy.learners={learners}",
         f"strategy.ordered_sum={str(ordered).lower()}",
+        f"optim.fused={str(fused).lower()}",  # the study's and the speed benchmark's optimizer
     ]
     real = _experiment(tmp_path, "torchrun")
     command = [sys.executable, "-m", "asrkit", "run", "--stage", "4", "--stop-stage", "4", f"exp_dir={real}"]

@@ -1,12 +1,15 @@
 """``asrkit study``: the tiny plan on a generated corpus, stopped after a few runs and
-started again (it goes on where it stopped), then its report."""
+started again (it goes on where it stopped) two runs at a time, then its report; a run
+made beside another is bitwise the one made alone."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.helpers import run_cli
 from tests.integration.test_sim import _prepare
@@ -18,7 +21,20 @@ def test_a_study_resumes_where_it_stopped_and_reports_every_question(tmp_path: P
     common = _prepare(tmp_path)
     model = "ctc=" + " ".join([*common, f"exp_dir={tmp_path / 'prep'}"])
     out = tmp_path / "study"
-    first = run_cli("study", "run", "--plan", "tiny", "--out", str(out), "--model", model, "--max-runs", "3")
+    first = run_cli(
+        "study",
+        "run",
+        "--plan",
+        "tiny",
+        "--out",
+        str(out),
+        "--model",
+        model,
+        "--max-runs",
+        "3",
+        "--jobs",
+        "1",
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     plan = json.loads((out / "plan.json").read_text())["runs"]
     assert f"0 finished before, 3 run now, {len(plan) - 3} left" in first.stdout
@@ -26,12 +42,37 @@ def test_a_study_resumes_where_it_stopped_and_reports_every_question(tmp_path: P
     assert done == sorted(r["name"] for r in plan[:3])
     stamp = (out / "runs" / done[0] / "sim.json").stat().st_mtime_ns
 
-    rest = run_cli("study", "run", "--plan", "tiny", "--out", str(out), "--model", model)
+    rest = run_cli("study", "run", "--plan", "tiny", "--out", str(out), "--model", model, "--jobs", "2")
     assert rest.returncode == 0, rest.stderr[-3000:]
+    assert "2 at a time" in rest.stderr
     assert f"3 finished before, {len(plan) - 3} run now, 0 left" in rest.stdout
     assert (out / "runs" / done[0] / "sim.json").stat().st_mtime_ns == stamp  # not run again
     costs = list((out / "step_costs").glob("ctc_b*_f*.json"))
     assert len(costs) == 2  # batches 4 and 8 over 4 learners: 1 and 2 utterances each
+
+    # The 4th run again, alone in another study dir with the same step costs: bitwise equal.
+    again = tmp_path / "again"
+    shutil.copytree(out / "step_costs", again / "step_costs")
+    alone = run_cli(
+        "study",
+        "run",
+        "--plan",
+        "tiny",
+        "--out",
+        str(again),
+        "--model",
+        model,
+        "--max-runs",
+        "4",
+        "--jobs",
+        "1",
+    )
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    fourth = plan[3]["name"]
+    ours = torch.load(again / "runs" / fourth / "model.pt", map_location="cpu", weights_only=False)
+    theirs = torch.load(out / "runs" / fourth / "model.pt", map_location="cpu", weights_only=False)
+    for key, value in theirs["model"].items():
+        assert torch.equal(ours["model"][key], value), key
 
     other = run_cli("study", "run", "--plan", "tiny", "--out", str(out), "--model", model, "--epochs", "2")
     assert other.returncode == 2 and "epochs differ" in other.stderr and "another --out" in other.stderr
