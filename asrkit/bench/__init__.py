@@ -49,7 +49,7 @@ QUICK: dict[str, dict] = {
     "data": {"hours": (1.0, 10.0), "steps": 20, "loader_seconds": 5.0},
     "hybrid": {"quick": True},
     "contention": {"seconds": 6.0},
-    "sim": {"learners": (4,), "utterances": 64, "global_batch": 16},
+    "sim": {"learners": (4,), "utterances": 64, "global_batches": (16,), "epochs": 1},
     "sim_agreement": {
         "curves": (("adpsgd", 2),),
         "seeds": (1, 2),

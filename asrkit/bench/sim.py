@@ -1,17 +1,20 @@
 """The simulator's speed: samples per real second of N simulated learners training one
 global batch per step, against one learner training the same global batches, same run.
 
-Both sides are :func:`asrkit.sim.run.simulate` on the same data, model and global batch
-caps (``train.max_batch``/``max_frames`` count the global batch): one learner, and N
-learners of each strategy, each with its share of every global batch. The ratio is the
-N learners' samples/s over the one learner's, counted from the first learner's start of
-training to the last one's end (``ratio``: 1.0 would mean simulating N learners costs
-nothing beyond the arithmetic of the global batch); ``ratio_with_setup`` counts building
-the learners and writing the model too, a fixed cost per run.
+Both sides are :func:`asrkit.sim.run.simulate` on the same data, model, optimizer and
+global batch caps (``train.max_batch``/``max_frames`` count the global batch), on the same
+number of threads: one learner, and N learners of each strategy, each with its share of
+every global batch. The ratio is the N learners' samples/s over the one learner's, counted
+over training (from the moment every learner is built to the last one's end; ``ratio``:
+1.0 would mean simulating N learners costs nothing beyond the arithmetic of the global
+batch); ``ratio_with_setup`` counts building the learners and writing the model too, a
+fixed cost per run. Samples are those processed: asynchronous learners end a global epoch
+by their progress and may process a few more than the set.
 """
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 
@@ -70,83 +73,108 @@ def bench_parts(
 def bench_sim(
     data_dir: str | Path,
     *,
-    learners: tuple[int, ...] = (4, 16),
+    learners: tuple[int, ...] = (4, 16, 64),
     strategies: tuple[str, ...] = ("sync", "adpsgd"),
     utterances: int = 256,
-    global_batch: int = 32,
-    epochs: int = 1,
+    global_batches: tuple[int, ...] = (32, 64),
+    epochs: int = 2,
     size: str = "demo",
+    threads: int = 1,
 ) -> dict:
-    """Real seconds of one epoch over ``utterances`` of ``data_dir`` (features computed,
-    ``cmvn_global.ark``) with global batches of ``global_batch`` utterances."""
+    """Real seconds of ``epochs`` over ``utterances`` of ``data_dir`` (features computed,
+    ``cmvn_global.ark``) with global batches of each of ``global_batches`` utterances, on
+    ``threads`` threads (both sides: the simulator computes one learner at a time, so a
+    machine's other cores run other simulations, as ``asrkit study run --jobs`` does)."""
     data_dir = Path(data_dir)
     data = read_data_dir(data_dir)
     detail: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="asrkit-bench-sim-") as tmp:
-        exp = Path(tmp)
-        tokenizer = train_tokenizer(data.text or {}, exp / "tokenizer", TokenizerConfig(kind="char"))
-        utts = read_bench_data(data_dir, tokenizer)[:utterances]
-        if len(utts) < 2 * global_batch:
-            raise ValueError(f"{data_dir}: {len(utts)} utterances; the benchmark needs {2 * global_batch}")
-        dim = int(utts[0].feats.shape[1])
-        overrides = [
-            f"model.size={size}",
-            f"train.epochs={epochs}",
-            f"train.max_batch={global_batch}",
-            "train.max_frames=1000000",
-            "train.progress=false",
-            "train.log_every=1000000",
-            "specaug.enabled=false",
-            "optim.fused=true",  # both sides: the study's optimizer (see OptimConfig.fused)
-            f"features.num_mel_bins={dim}",
-        ]
-
-        def run(strategy: str, n: int) -> dict:
-            extra = [] if n == 1 else [f"strategy={strategy}", f"strategy.learners={n}"]
-            cfg = to_object(compose([*overrides, *extra, f"exp_dir={exp / f'{strategy}{n}'}"]))
-            parts = bench_parts(cfg, utts, utts[:8], tokenizer)
-            (exp / f"{strategy}{n}").mkdir()
-            torch.manual_seed(0)
-            result = simulate(
-                cfg,
-                data_root=data_dir.parent,
-                exp_dir=exp / f"{strategy}{n}",
-                network=NETWORKS["infiniband"],
-                cost=StepCost(step_s=0.0, frame_s=1e-5),
-                parts=parts,
-            )
-            # The samples the learners processed: an asynchronous strategy's learners end a
-            # global epoch by their progress and may process a few more than the set.
-            detail = (result.learners or {}).get("learners_detail")
-            samples = sum(m["samples"] for m in detail) if detail else epochs * len(utts)
-            return {
-                "strategy": strategy if n > 1 else "one learner",
-                "learners": n,
-                "samples": samples,
-                "real_s": round(result.real_s, 2),
-                "fit_real_s": round(result.fit_real_s, 2),
-                "samples_per_real_s": round(samples / result.fit_real_s, 2),
-                "samples_per_real_s_with_setup": round(samples / result.real_s, 2),
-            }
-
-        baseline = run("single", 1)
-        detail.append(baseline)
-        ratios = {}
-        for strategy in strategies:
-            for n in learners:
-                row = run(strategy, n)
-                row["ratio"] = round(row["samples_per_real_s"] / baseline["samples_per_real_s"], 3)
-                row["ratio_with_setup"] = round(
-                    row["samples_per_real_s_with_setup"] / baseline["samples_per_real_s_with_setup"], 3
+    ratios: dict[str, float] = {}
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with tempfile.TemporaryDirectory(prefix="asrkit-bench-sim-") as tmp:
+            exp = Path(tmp)
+            tokenizer = train_tokenizer(data.text or {}, exp / "tokenizer", TokenizerConfig(kind="char"))
+            utts = read_bench_data(data_dir, tokenizer)[:utterances]
+            if len(utts) < 2 * max(global_batches):
+                raise ValueError(
+                    f"{data_dir}: {len(utts)} utterances; global batches of {max(global_batches)} need "
+                    f"{2 * max(global_batches)}"
                 )
-                detail.append(row)
-                ratios[f"{strategy}_n{n}"] = row["ratio"]
+            dim = int(utts[0].feats.shape[1])
+            for batch in global_batches:
+                overrides = [
+                    f"model.size={size}",
+                    f"train.epochs={epochs}",
+                    f"train.max_batch={batch}",
+                    "train.max_frames=1000000",
+                    "train.progress=false",
+                    "train.log_every=1000000",
+                    "specaug.enabled=false",
+                    "optim.fused=true",  # both sides: the study's optimizer (see OptimConfig.fused)
+                    f"features.num_mel_bins={dim}",
+                ]
+                run = functools.partial(_bench_run, exp, overrides, utts, tokenizer, data_dir, batch, epochs)
+                baseline = run("single", 1)
+                detail.append(baseline)
+                for strategy in strategies:
+                    for n in (n for n in learners if n <= batch):  # at least an utterance each
+                        row = run(strategy, n)
+                        for key in ("", "_with_setup"):
+                            rate = f"samples_per_real_s{key}"
+                            row[f"ratio{key}"] = round(row[rate] / baseline[rate], 3)
+                        detail.append(row)
+                        ratios[f"{strategy}_n{n}_b{batch}"] = row["ratio"]
+    finally:
+        torch.set_num_threads(previous_threads)
     return {
         "model": size,
         "utterances": len(utts),
-        "global_batch": global_batch,
+        "global_batches": list(global_batches),
         "epochs": epochs,
-        "threads": torch.get_num_threads(),
+        "threads": threads,
         **ratios,
         "detail": detail,
+    }
+
+
+def _bench_run(
+    exp: Path,
+    overrides: list[str],
+    utts: list[Utterance],
+    tokenizer: Tokenizer,
+    data_dir: Path,
+    batch: int,
+    epochs: int,
+    strategy: str,
+    n: int,
+) -> dict:
+    """One simulated run of the benchmark (``n`` = 1: the one-learner baseline)."""
+    extra = [] if n == 1 else [f"strategy={strategy}", f"strategy.learners={n}"]
+    name = f"{strategy}{n}_b{batch}"
+    cfg = to_object(compose([*overrides, *extra, f"exp_dir={exp / name}"]))
+    parts = bench_parts(cfg, utts, utts[:8], tokenizer)
+    (exp / name).mkdir()
+    torch.manual_seed(0)
+    result = simulate(
+        cfg,
+        data_root=data_dir.parent,
+        exp_dir=exp / name,
+        network=NETWORKS["infiniband"],
+        cost=StepCost(step_s=0.0, frame_s=1e-5),
+        parts=parts,
+    )
+    # The samples the learners processed: an asynchronous strategy's learners end a
+    # global epoch by their progress and may process a few more than the set.
+    detail = (result.learners or {}).get("learners_detail")
+    samples = sum(m["samples"] for m in detail) if detail else epochs * len(utts)
+    return {
+        "strategy": strategy if n > 1 else "one learner",
+        "learners": n,
+        "global_batch": batch,
+        "samples": samples,
+        "real_s": round(result.real_s, 2),
+        "fit_real_s": round(result.fit_real_s, 2),
+        "samples_per_real_s": round(samples / result.fit_real_s, 2),
+        "samples_per_real_s_with_setup": round(samples / result.real_s, 2),
     }

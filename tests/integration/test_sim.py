@@ -141,19 +141,24 @@ def test_the_simulator_benchmark_reports_a_ratio_per_strategy_and_learner_count(
     from asrkit.bench.sim import bench_sim
 
     _prepare(tmp_path)
+    threads = torch.get_num_threads()
     result = bench_sim(
         tmp_path / "data" / "train",
         learners=(2,),
         strategies=("sync", "adpsgd"),
         utterances=8,
-        global_batch=4,
+        global_batches=(4,),
+        epochs=1,
         size="tiny",
     )
-    assert result["utterances"] == 8 and set(result) >= {"sync_n2", "adpsgd_n2"}
+    assert result["utterances"] == 8 and set(result) >= {"sync_n2_b4", "adpsgd_n2_b4"}
     rows = result["detail"]
     assert [r["learners"] for r in rows] == [1, 2, 2]
     assert all(r["samples_per_real_s"] > 0 for r in rows)
-    assert result["sync_n2"] == pytest.approx(
+    assert rows[0]["samples"] == rows[1]["samples"] == 8  # SYNC: every utterance once
+    assert rows[2]["samples"] >= 8  # ADPSGD: at least the set, by its progress
+    assert result["threads"] == 1 and torch.get_num_threads() == threads  # restored
+    assert result["sync_n2_b4"] == pytest.approx(
         rows[1]["samples_per_real_s"] / rows[0]["samples_per_real_s"], rel=1e-2
     )
 
