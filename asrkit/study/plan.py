@@ -69,7 +69,9 @@ class StudyPlan:
     headline_seeds: tuple[int, ...] = (1, 2, 3)
     epochs: int = 4
     hybrid_group: int = 4
-    common: tuple[str, ...] = field(default=())
+    #: Overrides of every run: the fused optimizer (many learners at small batches spend
+    #: much of their time in the update; see ``OptimConfig.fused``).
+    common: tuple[str, ...] = field(default=("optim.fused=true",))
 
     def runs(self) -> list[StudyRun]:
         """Every run once, in the order they are run (the headline first)."""
