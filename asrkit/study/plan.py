@@ -154,7 +154,7 @@ SO762_MODELS: dict[str, tuple[str, ...]] = {
 #: Named plans: ``ibm`` (16 and 64 learners, global batches 64-640), ``pilot`` (a few
 #: runs to time a plan) and ``tiny`` (the tests').
 PLANS: dict[str, dict] = {
-    "ibm": {"learners": (16, 64), "batches": (64, 192, 640), "base_batch": 64, "epochs": 4},
+    "ibm": {"learners": (16, 64), "batches": (64, 192, 640), "base_batch": 64, "epochs": 2},
     "pilot": {"learners": (16,), "batches": (64, 640), "base_batch": 64, "headline_seeds": (1,), "epochs": 1},
     "tiny": {
         "learners": (4,),
