@@ -35,6 +35,7 @@ from asrkit.learner import LearnerParts, build_trainer, prepare_learner, write_f
 from asrkit.sim.clock import Clock, Event
 from asrkit.sim.comm import SimWorld
 from asrkit.sim.network import Network
+from asrkit.training.allocator import map_large_blocks
 from asrkit.training.strategy import TrainState
 
 __all__ = ["StepCost", "SimResult", "simulate"]
@@ -102,6 +103,7 @@ def simulate(
     them already (several runs over one data set read it once; they must come from
     :func:`~asrkit.learner.prepare_learner` with ``train.in_memory``)."""
     learners = cfg.strategy.learners
+    map_large_blocks()  # many replicas' weight vectors would fragment the heap
     train = dataclasses.replace(cfg.train, in_memory=True, prefetch=0, adapt_threads=False)
     cfg = dataclasses.replace(cfg, train=train)
     exp_dir.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,8 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,7 +28,7 @@ import torch
 
 from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, compose, to_object
 from asrkit.data.io import atomic_write
-from asrkit.errors import ConfigError
+from asrkit.errors import ConfigError, UserError
 from asrkit.learner import prepare_learner
 from asrkit.sim.calibrate import learner_batch_caps, load_or_measure
 from asrkit.sim.experiment import simulate_experiment
@@ -71,8 +73,6 @@ def run_study(
     )
     todo = pending[:max_runs]
     with _one_thread():
-        for run in todo:  # step costs first: each is measured once, alone
-            _step_cost(plan, run, out, config_dir=config_dir)
         began = time.monotonic()
         for name in _simulate_all(plan, todo, out, network=network, jobs=jobs, config_dir=config_dir):
             counts["run_now"] += 1
@@ -117,8 +117,11 @@ def _one_thread() -> Iterator[None]:
 def _simulate_all(
     plan: StudyPlan, runs: list[StudyRun], out: Path, *, network: Network, jobs: int, config_dir: str | Path
 ) -> Iterator[str]:
-    """Simulate ``runs``, ``jobs`` at a time; yields each name as it finishes."""
+    """Simulate ``runs``, ``jobs`` at a time in job processes (step costs first, one at a
+    time, there too, so this process stays small); yields each name as it finishes."""
     if jobs == 1 or len(runs) < 2:
+        for run in runs:
+            _step_cost(plan, run, out, config_dir=config_dir)
         for run in runs:
             _run_one(plan, run, out, network=network, config_dir=config_dir)
             yield run.name
@@ -126,14 +129,28 @@ def _simulate_all(
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     counter = context.Value("i", 0)
     level = logging.getLogger("asrkit").getEffectiveLevel()
-    pool = context.Pool(min(jobs, len(runs)), initializer=_start_job, initargs=(counter, level))
+    pool = ProcessPoolExecutor(
+        min(jobs, len(runs)), mp_context=context, initializer=_start_job, initargs=(counter, level)
+    )
     try:
-        tasks = [(plan, run, out, network, str(config_dir)) for run in runs]
-        yield from pool.imap_unordered(_job, tasks)
-        pool.close()
+        for run in runs:
+            pool.submit(_step_cost, plan, run, out, config_dir=str(config_dir)).result()
+        names = {pool.submit(_job, (plan, run, out, network, str(config_dir))): run.name for run in runs}
+        for done in as_completed(names):
+            yield done.result()
+        pool.shutdown()
+    except BrokenProcessPool:
+        raise UserError(
+            "a study job died (killed, most likely for memory: see dmesg); the runs finished so "
+            "far are kept: run the same command again, with fewer --jobs if it was memory"
+        ) from None
+    except BaseException:  # a failed run, Ctrl-C, SIGTERM: stop the runs going on (they resume)
+        processes = getattr(pool, "_processes", None) or {}
+        for process in list(processes.values()):
+            process.terminate()
+        raise
     finally:
-        pool.terminate()  # a failed run or Ctrl-C: the others stop too (and resume later)
-        pool.join()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _start_job(counter: multiprocessing.sharedctypes.Synchronized[int], level: int) -> None:
