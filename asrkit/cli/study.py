@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--jobs",
         type=int,
         default=min(2, len(os.sched_getaffinity(0))),
-        help="runs side by side, one thread and one core each (default: 2, or 1 on one core)",
+        help="runs side by side, one thread each (default: 2, or 1 on one core)",
     )
     run.add_argument("--epochs", type=int, help="training epochs of every run (default: the plan's)")
     run.add_argument(

@@ -4,7 +4,7 @@ on where it stopped when started again).
 
 Every run computes on one thread: the simulator computes one learner at a time, at a
 learner's small share of the batch, where a second thread adds little (``asrkit bench
-sim``), so ``jobs`` runs go side by side instead, each pinned to its own core. Step costs
+sim``), so ``jobs`` runs go side by side instead, each in a process of its own. Step costs
 are measured first, one after another, so what a run computes does not depend on how many
 ran beside it or in which order.
 """
@@ -15,7 +15,6 @@ import dataclasses
 import json
 import logging
 import multiprocessing
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -127,10 +126,13 @@ def _simulate_all(
             yield run.name
         return
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
-    counter = context.Value("i", 0)
     level = logging.getLogger("asrkit").getEffectiveLevel()
-    pool = ProcessPoolExecutor(
-        min(jobs, len(runs)), mp_context=context, initializer=_start_job, initargs=(counter, level)
+    pool = ProcessPoolExecutor(  # a process per run: each starts with nothing of the last one's
+        min(jobs, len(runs)),
+        mp_context=context,
+        initializer=_start_job,
+        initargs=(level,),
+        max_tasks_per_child=1,
     )
     try:
         for run in runs:
@@ -153,15 +155,10 @@ def _simulate_all(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _start_job(counter: multiprocessing.sharedctypes.Synchronized[int], level: int) -> None:
-    """A job process: one thread, its own core, the parent's log level; Ctrl-C is the
-    parent's to handle (it stops the pool)."""
+def _start_job(level: int) -> None:
+    """A job process: one thread, the parent's log level; Ctrl-C is the parent's to handle
+    (it stops the jobs). The kernel spreads the single-threaded jobs over the cores."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with counter.get_lock():
-        index = counter.value
-        counter.value += 1
-    cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[index % len(cores)]})
     torch.set_num_threads(1)
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%Y-%m-%d %H:%M:%S"

@@ -18,7 +18,9 @@ def test_the_ibm_plan_covers_every_claim_with_unique_runs() -> None:
     questions = {q for r in runs for q in r.questions}
     assert questions == {"equal_speed", "spectral", "stragglers", "batch"}
     headline = [
-        r for r in runs if r.learners == 64 and r.batch == 192 and r.straggler == "none" and r.model == "ctc"
+        r
+        for r in runs
+        if r.learners == 64 and r.batch == 192 and r.straggler == "none" and r.model == "hybrid"
     ]
     assert {(r.strategy, r.seed) for r in headline} == {(s, k) for s in STRATEGIES for k in (1, 2, 3)}
     assert runs[: len(headline)] == headline  # the headline runs first
