@@ -82,6 +82,14 @@ def _final(run: Run, key: str) -> float | None:
     return run["curve"][-1][key] if run["curve"] else None
 
 
+def _quality(runs: list[Run]) -> tuple[str, str]:
+    """The dev figure a group of runs reports besides the loss: greedy WER where the model
+    decodes by itself (CTC), frame accuracy where it needs a graph (CE on tied states)."""
+    if any(_final(r, "wer") is not None for r in runs):
+        return "wer", "final dev WER %"
+    return "acc", "final dev frame accuracy %"
+
+
 def _mean_sd(values: list[float | None], digits: int = 2) -> str:
     known = [v for v in values if v is not None]
     if not known:
@@ -120,6 +128,7 @@ def _headline(runs: list[Run], figures: Path) -> str:
         return ""
     (model, n, batch), group = next(iter(multi.items()))
     target = _target(group)
+    quality, quality_header = _quality(group)
     rows, fig = [], plt.figure(figsize=(7, 4))
     for strategy, members in sorted(
         _groups(group, lambda r: (r["strategy"],)).items(), key=lambda kv: _order(kv[0][0])
@@ -129,7 +138,7 @@ def _headline(runs: list[Run], figures: Path) -> str:
                 strategy[0],
                 len(members),
                 _mean_sd([_loss(r) for r in members], 3),
-                _mean_sd([_final(r, "wer") for r in members]),
+                _mean_sd([_final(r, quality) for r in members]),
                 _mean_sd([_time_to(r, target) for r in members], 0),
                 _mean_sd([r["samples_per_s"] for r in members], 1),
             ]
@@ -148,7 +157,7 @@ def _headline(runs: list[Run], figures: Path) -> str:
         "strategy",
         "seeds",
         "final dev loss",
-        "final dev WER %",
+        quality_header,
         f"virtual s to loss {target:.3f}",
         "samples/s",
     ]
@@ -167,6 +176,7 @@ def _equal_speed(runs: list[Run], figures: Path) -> str:
         if len(group) < 2:
             continue
         target = _target(group)
+        quality, quality_header = _quality(group)
         rows = []
         fig = plt.figure(figsize=(6, 3.5))
         for r in sorted(group, key=lambda r: _order(r["strategy"])):
@@ -175,7 +185,7 @@ def _equal_speed(runs: list[Run], figures: Path) -> str:
                 [
                     r["strategy"],
                     f"{_loss(r):.3f}",
-                    _fmt(_final(r, "wer")),
+                    _fmt(_final(r, quality)),
                     _fmt(reach, 0),
                     _fmt(r["samples_per_s"], 1),
                 ]
@@ -193,7 +203,7 @@ def _equal_speed(runs: list[Run], figures: Path) -> str:
         plt.title(f"{model}, {n} learners, batch {batch}", fontsize=9)
         plt.legend(fontsize=7)
         _save(fig, figures / name)
-        header = ["strategy", "final dev loss", "final dev WER %", f"virtual s to {target:.3f}", "samples/s"]
+        header = ["strategy", "final dev loss", quality_header, f"virtual s to {target:.3f}", "samples/s"]
         first = f"; first to the target: **{fastest[0]}**" if fastest else ""
         parts.append(_section(f"**{model}, {n} learners, global batch {batch}**{first}", header, rows, name))
     return "\n".join(parts)
