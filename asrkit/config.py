@@ -319,9 +319,16 @@ NOT_OUTPUT_SETTINGS = frozenset(
 )
 
 
+#: Settings added after outputs were made with their default behaviour: they count in a
+#: stage's settings hash only when they differ from this default, so those outputs (and
+#: resume states) stay current.
+HASHED_WHEN_CHANGED: dict[str, Any] = {"optim.fused": False}
+
+
 def settings_hash(cfg: AsrkitConfig, keys: Sequence[str]) -> tuple[str, dict]:
-    """A short hash of the top-level config ``keys`` (less :data:`NOT_OUTPUT_SETTINGS`),
-    and the settings it covers, as plain data."""
+    """A short hash of the top-level config ``keys`` (less :data:`NOT_OUTPUT_SETTINGS`,
+    and :data:`HASHED_WHEN_CHANGED` at their defaults), and the settings it covers, as
+    plain data."""
     plain = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     assert isinstance(plain, dict)
     chosen: dict[str, Any] = {key: plain[key] for key in sorted(set(keys))}
@@ -329,5 +336,9 @@ def settings_hash(cfg: AsrkitConfig, keys: Sequence[str]) -> tuple[str, dict]:
         section, _, name = dotted.partition(".")
         if isinstance(chosen.get(section), dict):
             chosen[section].pop(name, None)
+    for dotted, default in HASHED_WHEN_CHANGED.items():
+        section, _, name = dotted.partition(".")
+        if isinstance(chosen.get(section), dict) and chosen[section].get(name) == default:
+            del chosen[section][name]
     text = json.dumps(chosen, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16], chosen

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import shlex
 from pathlib import Path
 
@@ -32,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--jobs",
         type=int,
-        default=min(2, len(os.sched_getaffinity(0))),
+        default=None,
         help="runs side by side, one thread each (default: 2, or 1 on one core)",
     )
     run.add_argument("--epochs", type=int, help="training epochs of every run (default: the plan's)")
@@ -72,6 +71,10 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--plan {args.plan}: unknown; choose one of {', '.join(PLANS)}")
     if args.max_runs is not None and args.max_runs < 1:
         raise ConfigError(f"--max-runs {args.max_runs}: give at least 1")
+    if args.jobs is None:
+        from asrkit.stages.combine import available_cores
+
+        args.jobs = min(2, available_cores())
     if args.epochs is not None and args.epochs < 1:
         raise ConfigError(f"--epochs {args.epochs}: give at least 1")
     plan = study_plan(args.plan, _models(args.model))

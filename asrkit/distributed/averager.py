@@ -72,8 +72,9 @@ class PairwiseAverager:
     # -- compute-thread side -------------------------------------------------------------
 
     def publish(self, samples: int) -> None:
-        """After a local step: apply the pending delta, publish a new snapshot (one critical
-        section, so a round cannot fall between the two)."""
+        """After a local step: apply the pending delta, publish a new snapshot (in one
+        critical section, which spares keeping the snapshot in step with the delta between
+        the two: fewer passes over the weights)."""
         self._raise_if_failed()
         with self.cond:
             if not self._pending_zero:

@@ -109,8 +109,8 @@ class SimWorld:
         self._sent[channel] = index + 1
         nbytes = tensor.numel() * tensor.element_size()
         self.bytes_sent[sender] += nbytes
-        # Not copied: the sender must not change it until the partner has it (the
-        # Communicator.exchange contract), as for a buffer handed to isend.
+        # Not copied: neither side may change an exchanged tensor in place, ever (the
+        # Communicator.exchange contract); the receiver gets this very object.
         self.message(channel, index).set(
             tensor.detach(), at=self.clock.now() + self.network.transfer_s(nbytes)
         )

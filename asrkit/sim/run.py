@@ -35,7 +35,7 @@ from asrkit.learner import LearnerParts, build_trainer, prepare_learner, write_f
 from asrkit.sim.clock import Clock, Event
 from asrkit.sim.comm import SimWorld
 from asrkit.sim.network import Network
-from asrkit.training.allocator import map_large_blocks
+from asrkit.training.allocator import SIM_MMAP_FLOOR, SIM_MMAP_THRESHOLD, map_large_blocks
 from asrkit.training.strategy import TrainState
 
 __all__ = ["StepCost", "SimResult", "simulate"]
@@ -103,12 +103,14 @@ def simulate(
     them already (several runs over one data set read it once; they must come from
     :func:`~asrkit.learner.prepare_learner` with ``train.in_memory``)."""
     learners = cfg.strategy.learners
-    map_large_blocks()  # many replicas' weight vectors would fragment the heap
     train = dataclasses.replace(cfg.train, in_memory=True, prefetch=0, adapt_threads=False)
     cfg = dataclasses.replace(cfg, train=train)
     exp_dir.mkdir(parents=True, exist_ok=True)
     if parts is None:
         parts = prepare_learner(cfg, data_root=data_root, exp_dir=exp_dir, log_it=True)
+    # Many replicas' weight vectors, freed and allocated every step, would fragment the heap.
+    weights = sum(p.numel() * p.element_size() for p in parts.new_model().parameters())
+    map_large_blocks(max(SIM_MMAP_FLOOR, min(SIM_MMAP_THRESHOLD, weights)))
     clock = Clock()
     world = SimWorld(clock, learners, network)
     charge = _ComputeTime(clock, cost)

@@ -116,10 +116,15 @@ def _one_thread() -> Iterator[None]:
 def _simulate_all(
     plan: StudyPlan, runs: list[StudyRun], out: Path, *, network: Network, jobs: int, config_dir: str | Path
 ) -> Iterator[str]:
-    """Simulate ``runs``, ``jobs`` at a time in job processes (step costs first, one at a
-    time, there too, so this process stays small); yields each name as it finishes."""
+    """Simulate ``runs``, ``jobs`` at a time in job processes (``jobs`` = 1: here), the
+    missing step costs first, one at a time; yields each name as it finishes."""
+    missing: dict[Path, StudyRun] = {}
+    for run in runs:
+        path = _cost_file(run, out, _run_config(plan, run, config_dir)[0])
+        if not path.is_file():
+            missing.setdefault(path, run)
     if jobs == 1 or len(runs) < 2:
-        for run in runs:
+        for run in missing.values():
             _step_cost(plan, run, out, config_dir=config_dir)
         for run in runs:
             _run_one(plan, run, out, network=network, config_dir=config_dir)
@@ -127,7 +132,10 @@ def _simulate_all(
         return
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
     level = logging.getLogger("asrkit").getEffectiveLevel()
-    pool = ProcessPoolExecutor(  # a process per run: each starts with nothing of the last one's
+    # A process per task, so each run starts with nothing of the last one's (its memory
+    # above all). Exactly 1: CPython 3.11-3.14's executor can hang with a larger
+    # max_tasks_per_child (gh-115634).
+    pool = ProcessPoolExecutor(
         min(jobs, len(runs)),
         mp_context=context,
         initializer=_start_job,
@@ -135,23 +143,22 @@ def _simulate_all(
         max_tasks_per_child=1,
     )
     try:
-        for run in runs:
+        for run in missing.values():
             pool.submit(_step_cost, plan, run, out, config_dir=str(config_dir)).result()
         names = {pool.submit(_job, (plan, run, out, network, str(config_dir))): run.name for run in runs}
         for done in as_completed(names):
             yield done.result()
-        pool.shutdown()
     except BrokenProcessPool:
         raise UserError(
             "a study job died (killed, most likely for memory: see dmesg); the runs finished so "
             "far are kept: run the same command again, with fewer --jobs if it was memory"
         ) from None
-    except BaseException:  # a failed run, Ctrl-C, SIGTERM: stop the runs going on (they resume)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):  # stopped: so are the runs going on
         processes = getattr(pool, "_processes", None) or {}
         for process in list(processes.values()):
             process.terminate()
         raise
-    finally:
+    finally:  # a run that failed: the others going on finish first (nothing else starts)
         pool.shutdown(wait=True, cancel_futures=True)
 
 

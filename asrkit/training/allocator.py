@@ -28,8 +28,11 @@ MMAP_THRESHOLD = 32 << 20  # glibc's largest allowed value on 64-bit (HEAP_MAX /
 #: Free memory at the heap's top kept for reuse rather than returned to the kernel.
 TRIM_THRESHOLD = 128 << 20
 
-#: The simulator's threshold (:func:`map_large_blocks`).
+#: The simulator's largest threshold (:func:`map_large_blocks`); it maps a model's weight
+#: vector whenever that is smaller.
 SIM_MMAP_THRESHOLD = 4 << 20
+#: ... but never below this (batches of a few utterances stay on the heap).
+SIM_MMAP_FLOOR = 256 << 10
 
 _done = False
 
@@ -79,5 +82,6 @@ def map_large_blocks(threshold: int = SIM_MMAP_THRESHOLD) -> bool:
         log.debug("no glibc mallopt here; the allocator keeps its defaults")
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    _done = True  # the process's policy is set; retain_freed_memory leaves it alone
-    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+    ok = bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+    _done = _done or ok  # the process's policy is set; retain_freed_memory leaves it alone
+    return ok

@@ -21,9 +21,10 @@ class OptimConfig:
         fused: torch's fused kernel for the update (one pass over the weights instead of
             one per arithmetic step: ~5x faster on CPU). It rounds differently, so a run
             with it is repeatable but not bitwise equal to one without; off by default so
-            results stay comparable with earlier runs. The simulator's benchmark and the
-            study turn it on (many learners at small batches spend much of their time in
-            the update).
+            results stay bitwise those of earlier runs (and, at its default, it leaves
+            the train stage's settings hash as it was: ``asrkit.config.HASHED_WHEN_CHANGED``).
+            The simulator's benchmark and the study turn it on (many learners at small
+            batches spend much of their time in the update).
     """
 
     name: str = "adam"

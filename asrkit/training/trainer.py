@@ -517,8 +517,6 @@ class Trainer:
         position = (int(state["position"]["epoch"]), int(state["position"]["batch"]))
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        for group in self.optimizer.param_groups:  # this run's optim.fused, not the saved one
-            group["fused"] = self.optimizer.defaults.get("fused")
         set_rng_state(state["rng"], self.generator)
         progress = state["progress"]
         self.state = TrainState(

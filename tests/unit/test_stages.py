@@ -124,3 +124,15 @@ def test_overrides_may_follow_options(capsys: pytest.CaptureFixture[str]) -> Non
     assert "epochs: 3" in printed and "size: tiny" in printed and "lr: 0.5" in printed
     with pytest.raises(SystemExit):
         main(["run", "a=1", "--cfg", "--no-such-option"])
+
+
+def test_a_setting_added_later_leaves_earlier_outputs_current_at_its_default() -> None:
+    """optim.fused came after trained models: at its default the train stage's hash is the
+    one those models were made with (the field is left out), set it changes the hash."""
+    from asrkit.stages.registry import stage_number, stage_settings
+
+    keys = stage_settings(stage_number("train"))
+    base, covered = settings_hash(compose([]), keys)
+    assert "fused" not in covered["optim"] and "lr" in covered["optim"]
+    fused, covered = settings_hash(compose(["optim.fused=true"]), keys)
+    assert fused != base and covered["optim"]["fused"] is True
