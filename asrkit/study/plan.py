@@ -72,6 +72,10 @@ class StudyPlan:
     #: Overrides of every run: the fused optimizer (many learners at small batches spend
     #: much of their time in the update; see ``OptimConfig.fused``).
     common: tuple[str, ...] = field(default=("optim.fused=true",))
+    #: Learning-rate warm-up, in samples (``schedule.warmup_steps`` = this / batch): the
+    #: experiments' warm-up in steps (300) would outlast a study run at large batches (70
+    #: steps at batch 192 in 2 epochs) and give bigger batches a lower rate throughout.
+    warmup_samples: int = 2000
 
     def runs(self) -> list[StudyRun]:
         """Every run once, in the order they are run (the headline first)."""
@@ -128,8 +132,13 @@ class StudyPlan:
             *STRAGGLERS[run.straggler],
             f"train.max_batch={run.batch}",
             "train.max_frames=100000000",  # the batch is counted in utterances only
+            f"schedule.warmup_steps={self.warmup_steps(run)}",
             f"seed={run.seed}",
         ]
+
+    def warmup_steps(self, run: StudyRun) -> int:
+        """Steps of warm-up at the run's global batch (the same samples at every batch)."""
+        return max(1, round(self.warmup_samples / run.batch))
 
     def lr_scale(self, run: StudyRun) -> float:
         """The factor on the experiment's ``optim.lr`` for the run's batch."""

@@ -54,4 +54,5 @@ def test_overrides_compose_and_the_learning_rate_grows_with_the_square_root_of_t
     assert (cfg.strategy.name, cfg.strategy.learners, cfg.strategy.group_size) == ("hybrid", 4, 2)
     assert (cfg.strategy.straggler.mode, cfg.strategy.straggler.factor) == ("exponential", 2.0)
     assert (cfg.train.max_batch, cfg.seed, cfg.train.epochs) == (32, 1, plan.epochs)
+    assert cfg.schedule.warmup_steps == round(plan.warmup_samples / 32)  # the same samples at any batch
     assert plan.lr_scale(run) == pytest.approx(math.sqrt(32 / 8))
