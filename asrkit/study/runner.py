@@ -71,7 +71,7 @@ def run_study(
         len(pending),
     )
     todo = pending[:max_runs]
-    with _one_thread():
+    with _one_thread(), _sitting(out, jobs, counts):
         began = time.monotonic()
         for name in _simulate_all(plan, todo, out, network=network, jobs=jobs, config_dir=config_dir):
             counts["run_now"] += 1
@@ -87,6 +87,28 @@ def run_study(
                 jobs,
             )
     return counts
+
+
+@contextmanager
+def _sitting(out: Path, jobs: int, counts: dict[str, int]) -> Iterator[None]:
+    """Record this sitting of the study (its wall time, jobs and runs finished) in
+    ``<out>/sittings.json``, however it ends (a stop included), so the report can say what
+    the whole study cost across restarts."""
+    began, started = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        yield
+    finally:
+        path = out / "sittings.json"
+        sittings = json.loads(path.read_text()) if path.is_file() else []
+        sittings.append(
+            {
+                "started": started,
+                "seconds": round(time.monotonic() - began, 1),
+                "jobs": jobs,
+                "runs_finished": counts["run_now"],
+            }
+        )
+        atomic_write(path, json.dumps(sittings, indent=2) + "\n")
 
 
 def _check_same_settings(out: Path, settings: dict) -> None:
