@@ -56,3 +56,32 @@ def test_overrides_compose_and_the_learning_rate_grows_with_the_square_root_of_t
     assert (cfg.train.max_batch, cfg.seed, cfg.train.epochs) == (32, 1, plan.epochs)
     assert cfg.schedule.warmup_steps == round(plan.warmup_samples / 32)  # the same samples at any batch
     assert plan.lr_scale(run) == pytest.approx(math.sqrt(32 / 8))
+
+
+def test_git_keeps_the_study_records_and_not_the_models() -> None:
+    """A fresh clone must resume the study and regenerate its report from what git keeps
+    of ``recipes/speechocean762/study`` (its .gitignore): every record the report and the
+    runner read, none of the models, tokenizers or logs."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    study = "recipes/speechocean762/study"
+    kept = [
+        "plan.json",
+        "sittings.json",
+        "step_costs/hybrid_b3_f100000000.json",
+        *(f"runs/r/{f}" for f in ("run.json", "sim.json", "train_summary.json", "learners.json")),
+    ]
+    dropped = ["runs/r/model.pt", "runs/r/tokenizer/tokens.txt", "runs/r/tensorboard/events.out"]
+
+    def ignored(path: str) -> bool:
+        done = subprocess.run(["git", "check-ignore", "-q", f"{study}/{path}"], cwd=root, check=False)
+        assert done.returncode in (0, 1), done
+        return done.returncode == 0
+
+    assert [p for p in kept if ignored(p)] == []
+    assert [p for p in dropped if not ignored(p)] == []
