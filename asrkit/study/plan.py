@@ -78,7 +78,10 @@ class StudyPlan:
     warmup_samples: int = 2000
 
     def runs(self) -> list[StudyRun]:
-        """Every run once, in the order they are run (the headline first)."""
+        """Every run once, in the order they are run: the headline first, then the first
+        model's straggler runs at the largest learner count (IBM's first claim), its
+        other equal-speed runs there, its runs at the other learner counts, and the other
+        models last; so a study stopped part-way has something on every claim first."""
         runs: dict[str, StudyRun] = {}
 
         def add(run: StudyRun) -> None:
@@ -110,7 +113,18 @@ class StudyPlan:
             for straggler in ("one_2x", "exp_2x"):
                 for strategy in STRATEGIES:
                     add(StudyRun(first_model, strategy, n, middle, straggler, 1, ("stragglers",)))
-        return [r for r in runs.values() if r.batch >= r.learners and self._possible(r)]
+
+        def priority(run: StudyRun) -> int:
+            if run.model != first_model:
+                return 5
+            if run.learners != largest_n:
+                return 3 if run.straggler == "none" else 4
+            if run.straggler != "none":
+                return 1
+            return 0 if run.batch == middle else 2
+
+        kept = [r for r in runs.values() if r.batch >= r.learners and self._possible(r)]
+        return sorted(kept, key=priority)  # stable: the order above within each
 
     def _possible(self, run: StudyRun) -> bool:
         if run.strategy != "hybrid":
