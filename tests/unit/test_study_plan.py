@@ -24,6 +24,11 @@ def test_the_ibm_plan_covers_every_claim_with_unique_runs() -> None:
     ]
     assert {(r.strategy, r.seed) for r in headline} == {(s, k) for s in STRATEGIES for k in (1, 2, 3)}
     assert runs[: len(headline)] == headline  # the headline runs first
+    # then IBM's first claim at the largest learner count: the first model's straggler runs
+    stragglers = runs[len(headline) : len(headline) + 10]
+    assert {(r.model, r.learners) for r in stragglers} == {("hybrid", 64)}
+    assert {r.straggler for r in stragglers} == {"one_2x", "exp_2x"}
+    assert runs[-1].model == "ctc"  # the other model last
     batches = {r.batch for r in runs if "batch" in r.questions}
     assert max(batches) >= 10 * min(batches)  # the batch spans at least 10x
     assert {r.straggler for r in runs if "stragglers" in r.questions} == {"one_2x", "exp_2x"}
