@@ -166,12 +166,15 @@ class Trainer:
         self.batches = shard_batches(
             as_source(train), self.strategy.sharding, seed=seed, **loader_settings(cfg)
         )
-        # Every learner scores whole dev batches rank::world (sharded validation).
+        # Every learner scores whole dev batches rank::world (sharded validation), each
+        # capped at a learner's share of the global caps, as its training batches are: at
+        # the global caps, 64 learners' dev set made a few global-sized batches that 2-3
+        # learners scored while the rest waited, longer than a training epoch.
+        settings = loader_settings(cfg)
+        for cap in ("max_frames", "max_batch"):
+            settings[cap] = max(1, settings[cap] // self.world_size)
         self.dev_batches = BucketBatches(
-            self.dev,
-            shuffle=False,
-            bucket_share=(self.rank, self.world_size),
-            **loader_settings(cfg),
+            self.dev, shuffle=False, bucket_share=(self.rank, self.world_size), **settings
         )
         for batches in (self.batches, self.dev_batches):
             batches.pin_memory = self.device.type == "cuda"

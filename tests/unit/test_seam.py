@@ -173,6 +173,21 @@ def test_two_sync_learners_through_the_trainer_take_one_process_steps(tmp_path: 
     assert results[0][2]["learners"] == 2 and results[1][2]["learners"] == 2
 
 
+def test_every_learner_validates_a_share_of_the_dev_set(tmp_path: Path) -> None:
+    """Dev batches are capped at a learner's share of the global caps, as training
+    batches are: the 4 dev utterances (one batch alone, at max_batch 4) make a batch for
+    each of 2 learners, not one batch that one learner scores while the other waits."""
+    alone = _trainer(tmp_path / "alone")
+    assert [len(b) for b in alone.dev_batches.plan(0)] == [4]
+
+    def learner(comm: FakeCommunicator):
+        strategy, trainer_comm = join(strategy_config("sync", learners=2), comm, seed=0)
+        trainer = _trainer(tmp_path / f"rank{comm.rank}", comm=trainer_comm, strategy=strategy)
+        return [len(b) for b in trainer.dev_batches.plan(0)]
+
+    assert FakeWorld(2, timeout_s=60).run(learner) == [[2], [2]]
+
+
 def test_adpsgd_learners_through_the_trainer_end_on_one_model(tmp_path: Path) -> None:
     cfg = strategy_config("adpsgd", learners=2, timeout_s=60)
 
