@@ -123,12 +123,16 @@ class LSTMAcousticModel(nn.Module):
         return torch.div(lengths + self.subsample - 1, self.subsample, rounding_mode="floor")
 
     def _stack(self, feats: torch.Tensor) -> torch.Tensor:
-        # (B, T, F) -> (B, ceil(T/s), F*stack): frame t gets frames t..t+stack-1 (edge-padded).
-        if self.stack > 1:
-            pad = feats[:, -1:, :].expand(-1, self.stack - 1, -1)
-            padded = torch.cat([feats, pad], dim=1)
-            feats = torch.cat([padded[:, k : k + feats.shape[1]] for k in range(self.stack)], dim=2)
-        return feats[:, :: self.subsample]
+        # (B, T, F) -> (B, ceil(T/s), F*stack): output frame i holds input frames
+        # i*s .. i*s+stack-1 (the batch's last frame repeated past its end). Only the frames
+        # kept are stacked (one gather), not every frame before subsampling.
+        if self.stack == 1:
+            return feats[:, :: self.subsample]
+        batch, frames, dim = feats.shape
+        kept = -(-frames // self.subsample)
+        starts = torch.arange(kept, device=feats.device) * self.subsample
+        index = (starts[:, None] + torch.arange(self.stack, device=feats.device)).clamp_(max=frames - 1)
+        return feats[:, index.reshape(-1)].reshape(batch, kept, self.stack * dim)
 
     def encode(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder output ``(B, T', D)`` and lengths ``(B,)`` for features ``(B, T, F)``."""

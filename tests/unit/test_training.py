@@ -345,3 +345,22 @@ def test_each_section_and_the_checks_across_sections_report_every_problem() -> N
     assert len(problems) == len(shown), problems
     for text in shown:
         assert any(text in p for p in problems), text
+
+
+def _stack_every_frame(feats: torch.Tensor, stack: int, subsample: int) -> torch.Tensor:
+    """Stacking as first written: every frame stacked (edge-padded), then subsampled."""
+    if stack > 1:
+        pad = feats[:, -1:, :].expand(-1, stack - 1, -1)
+        padded = torch.cat([feats, pad], dim=1)
+        feats = torch.cat([padded[:, k : k + feats.shape[1]] for k in range(stack)], dim=2)
+    return feats[:, ::subsample]
+
+
+@pytest.mark.parametrize(("stack", "subsample"), [(1, 1), (1, 3), (2, 2), (3, 3), (3, 1), (4, 3), (2, 3)])
+@pytest.mark.parametrize("frames", [1, 2, 7, 30])
+def test_stacking_only_the_kept_frames_gives_the_same_features(
+    stack: int, subsample: int, frames: int
+) -> None:
+    model = LSTMAcousticModel(5, 4, hidden=4, layers=1, stack=stack, subsample=subsample)
+    feats = torch.randn(3, frames, 5)
+    assert torch.equal(model._stack(feats), _stack_every_frame(feats, stack, subsample))
