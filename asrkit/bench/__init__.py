@@ -7,6 +7,7 @@ raw numbers and the machine recorded in ``bench/results/<name>.json`` and a plot
 Public API: :data:`BENCHMARKS` (name -> function returning a result dict).
 """
 
+import functools
 from collections.abc import Callable
 
 from asrkit.bench.compute import bench_compute
@@ -21,6 +22,7 @@ from asrkit.bench.sim import bench_sim
 from asrkit.bench.sim_agreement import bench_sim_agreement
 from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
+from asrkit.study.plan import STUDY_MODEL
 
 BENCHMARKS: dict[str, Callable[..., dict]] = {
     "features": bench_features,
@@ -34,6 +36,12 @@ BENCHMARKS: dict[str, Callable[..., dict]] = {
     "hybrid": bench_hybrid,
     "contention": bench_contention,
     "sim": bench_sim,
+    # The simulator's speed at the study's operating points: its model (2 x 128 cells) and
+    # global batch 192 over 16 and 64 learners (12 and 3 utterances each); needs 384
+    # utterances (recipes/an4/data/train), so `make bench` on the test set skips it.
+    "sim_study": functools.partial(
+        bench_sim, learners=(16, 64), global_batches=(192,), utterances=384, model=STUDY_MODEL
+    ),
     "sim_agreement": bench_sim_agreement,
 }
 
@@ -50,6 +58,7 @@ QUICK: dict[str, dict] = {
     "hybrid": {"quick": True},
     "contention": {"seconds": 6.0},
     "sim": {"learners": (4,), "utterances": 64, "global_batches": (16,), "epochs": 1},
+    "sim_study": {"learners": (16,), "utterances": 64, "global_batches": (32,), "epochs": 1},
     "sim_agreement": {
         "curves": (("adpsgd", 2),),
         "seeds": (1, 2),

@@ -22,6 +22,7 @@ import torch
 
 from asrkit.config import AsrkitConfig, compose, to_object
 from asrkit.data import read_data_dir
+from asrkit.errors import UserError
 from asrkit.features.cmvn import read_cmvn
 from asrkit.learner import LearnerParts
 from asrkit.loader.batch import CmvnNormalizer, Utterance
@@ -80,11 +81,13 @@ def bench_sim(
     epochs: int = 2,
     size: str = "demo",
     threads: int = 1,
+    model: tuple[str, ...] = (),
 ) -> dict:
     """Real seconds of ``epochs`` over ``utterances`` of ``data_dir`` (features computed,
     ``cmvn_global.ark``) with global batches of each of ``global_batches`` utterances, on
     ``threads`` threads (both sides: the simulator computes one learner at a time, so a
-    machine's other cores run other simulations, as ``asrkit study run --jobs`` does)."""
+    machine's other cores run other simulations, as ``asrkit study run --jobs`` does).
+    ``model``: overrides of the model size's settings (the study's: ``model.hidden=128``...)."""
     data_dir = Path(data_dir)
     data = read_data_dir(data_dir)
     detail: list[dict] = []
@@ -97,14 +100,16 @@ def bench_sim(
             tokenizer = train_tokenizer(data.text or {}, exp / "tokenizer", TokenizerConfig(kind="char"))
             utts = read_bench_data(data_dir, tokenizer)[:utterances]
             if len(utts) < 2 * max(global_batches):
-                raise ValueError(
+                raise UserError(
                     f"{data_dir}: {len(utts)} utterances; global batches of {max(global_batches)} need "
-                    f"{2 * max(global_batches)}"
+                    f"{2 * max(global_batches)}: give a bigger set with --data-dir (e.g. "
+                    "recipes/an4/data/train after recipes/an4/run.sh --stop-stage 3)"
                 )
             dim = int(utts[0].feats.shape[1])
             for batch in global_batches:
                 overrides = [
                     f"model.size={size}",
+                    *model,
                     f"train.epochs={epochs}",
                     f"train.max_batch={batch}",
                     "train.max_frames=1000000",
@@ -128,7 +133,7 @@ def bench_sim(
     finally:
         torch.set_num_threads(previous_threads)
     return {
-        "model": size,
+        "model": " ".join([size, *model]),
         "utterances": len(utts),
         "global_batches": list(global_batches),
         "epochs": epochs,

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from asrkit.config import compose, to_object
+from asrkit.errors import UserError
 from asrkit.sim.network import NETWORKS
 from asrkit.sim.run import StepCost, simulate
 from tests.helpers import REPO, free_port, make_data_dir, run_cli
@@ -150,7 +151,9 @@ def test_the_simulator_benchmark_reports_a_ratio_per_strategy_and_learner_count(
         global_batches=(4,),
         epochs=1,
         size="tiny",
+        model=("model.hidden=8",),
     )
+    assert result["model"] == "tiny model.hidden=8"
     assert result["utterances"] == 8 and set(result) >= {"sync_n2_b4", "adpsgd_n2_b4"}
     rows = result["detail"]
     assert [r["learners"] for r in rows] == [1, 2, 2]
@@ -161,6 +164,8 @@ def test_the_simulator_benchmark_reports_a_ratio_per_strategy_and_learner_count(
     assert result["sync_n2_b4"] == pytest.approx(
         rows[1]["samples_per_real_s"] / rows[0]["samples_per_real_s"], rel=1e-2
     )
+    with pytest.raises(UserError, match="give a bigger set with --data-dir"):
+        bench_sim(tmp_path / "data" / "train", learners=(2,), utterances=8, global_batches=(8,), size="tiny")
 
 
 @pytest.mark.slow
