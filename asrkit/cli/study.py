@@ -24,7 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = actions.add_parser("run", help="simulate the plan's unfinished runs")
-    run.add_argument("--plan", default="ibm", help="ibm (default), pilot or tiny")
+    run.add_argument(
+        "--plan",
+        default="ibm",
+        help="ibm (default: the runs each claim needs), ibm_full (every strategy everywhere), pilot or tiny",
+    )
     run.add_argument("--out", type=Path, default=Path("exp/study"), help="study dir (default exp/study)")
     run.add_argument("--network", choices=sorted(NETWORKS), default="infiniband")
     run.add_argument("--max-runs", type=int, help="stop after this many runs (default: all)")

@@ -76,12 +76,76 @@ class StudyPlan:
     #: experiments' warm-up in steps (300) would outlast a study run at large batches (70
     #: steps at batch 192 in 2 epochs) and give bigger batches a lower rate throughout.
     warmup_samples: int = 2000
+    #: Which runs: ``full`` is every strategy at every learner count and the middle and
+    #: largest batch, for every model; ``claims`` is the fewest runs that answer each claim
+    #: (:meth:`claim_runs`), for a 2-core machine's ~3 hours.
+    grid: str = "full"
 
     def runs(self) -> list[StudyRun]:
         """Every run once, in the order they are run: the headline first, then the first
         model's straggler runs at the largest learner count (IBM's first claim), its
         other equal-speed runs there, its runs at the other learner counts, and the other
         models last; so a study stopped part-way has something on every claim first."""
+        if self.grid not in ("full", "claims"):
+            raise ValueError(f"grid {self.grid!r}: full or claims")
+        runs = self._full_grid() if self.grid == "full" else self.claim_runs()
+        first_model, middle = next(iter(self.models)), self.batches[len(self.batches) // 2]
+        largest_n = max(self.learners)
+
+        def priority(run: StudyRun) -> int:
+            if run.model != first_model:
+                return 5
+            if run.learners != largest_n:
+                return 3 if run.straggler == "none" else 4
+            if run.straggler != "none":
+                return 1
+            return 0 if run.batch == middle else 2
+
+        kept = [r for r in runs.values() if r.batch >= r.learners and self._possible(r)]
+        return sorted(kept, key=priority)  # stable: the order of the grid within each
+
+    def claim_runs(self) -> dict[str, StudyRun]:
+        """The fewest runs that answer every claim, by name: the headline (every strategy,
+        the largest learner count, the middle batch, equal speed, every seed, the first
+        model); at the same point one learner 2x slower for every strategy, and every step
+        shifted-exponential for SYNC and both ADPSGDs (``stragglers``); the largest batch
+        for SYNC, ADPSGD (random) and delay-by-one (``equal_speed``: delay-by-one's claim
+        is about large batches); at the smallest learner count the middle batch for SYNC
+        and both ADPSGDs (``spectral``: the ring's gap against the learner count) and
+        every batch for SYNC and ADPSGD (random) (``batch``); and the other models at the
+        headline's point for SYNC and ADPSGD (random)."""
+        runs: dict[str, StudyRun] = {}
+        first, *others = self.models
+        largest_n, smallest_n = max(self.learners), min(self.learners)
+        middle = self.batches[len(self.batches) // 2]
+        pair = ("sync", "adpsgd_random")
+
+        def add(model: str, strategy: str, n: int, batch: int, straggler: str, seed: int, *q: str) -> None:
+            run = StudyRun(model, strategy, n, batch, straggler, seed, q)
+            known = runs.get(run.name)
+            questions = tuple(dict.fromkeys((*(known.questions if known else ()), *q)))
+            runs[run.name] = StudyRun(model, strategy, n, batch, straggler, seed, questions)
+
+        for seed in self.headline_seeds:
+            for strategy in STRATEGIES:
+                add(first, strategy, largest_n, middle, "none", seed, "equal_speed", "spectral", "batch")
+        for strategy in STRATEGIES:
+            add(first, strategy, largest_n, middle, "one_2x", 1, "stragglers")
+        for strategy in ("sync", "adpsgd_fixed", "adpsgd_random"):
+            add(first, strategy, largest_n, middle, "exp_2x", 1, "stragglers")
+        for strategy in (*pair, "delay_by_one"):
+            add(first, strategy, largest_n, max(self.batches), "none", 1, "equal_speed", "batch")
+        for strategy in ("sync", "adpsgd_fixed", "adpsgd_random"):
+            add(first, strategy, smallest_n, middle, "none", 1, "spectral", "batch")
+        for batch in self.batches:
+            for strategy in pair:
+                add(first, strategy, smallest_n, batch, "none", 1, "batch")
+        for model in others:
+            for strategy in pair:
+                add(model, strategy, largest_n, middle, "none", 1, "equal_speed", "spectral")
+        return runs
+
+    def _full_grid(self) -> dict[str, StudyRun]:
         runs: dict[str, StudyRun] = {}
 
         def add(run: StudyRun) -> None:
@@ -113,18 +177,7 @@ class StudyPlan:
             for straggler in ("one_2x", "exp_2x"):
                 for strategy in STRATEGIES:
                     add(StudyRun(first_model, strategy, n, middle, straggler, 1, ("stragglers",)))
-
-        def priority(run: StudyRun) -> int:
-            if run.model != first_model:
-                return 5
-            if run.learners != largest_n:
-                return 3 if run.straggler == "none" else 4
-            if run.straggler != "none":
-                return 1
-            return 0 if run.batch == middle else 2
-
-        kept = [r for r in runs.values() if r.batch >= r.learners and self._possible(r)]
-        return sorted(kept, key=priority)  # stable: the order above within each
+        return runs
 
     def _possible(self, run: StudyRun) -> bool:
         if run.strategy != "hybrid":
@@ -164,8 +217,8 @@ class StudyPlan:
 #: frame cross-entropy on its tied states (IBM's kind of model, so it comes first: the
 #: headline and the straggler runs use it) and the CTC experiment's BLSTM on phones. Both
 #: stack and subsample 3 frames and have 2 layers of 128 cells per direction (0.8M
-#: parameters instead of the demo size's 2.5M): 3x the samples per second, so 74 runs
-#: get 2 epochs each in about 3 hours of a 2-core VM (docs/study.md).
+#: parameters instead of the demo size's 2.5M): 3x the samples per second, so the ``ibm``
+#: plan's runs get 2 epochs each in about 3 hours of a 2-core VM (docs/study.md).
 STUDY_MODEL = ("model.hidden=128", "model.layers=2", "model.stack=3", "model.subsample=3")
 SO762_MODELS: dict[str, tuple[str, ...]] = {
     "hybrid": ("+experiment=so762_hybrid", *STUDY_MODEL),
@@ -179,10 +232,14 @@ SO762_MODELS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-#: Named plans: ``ibm`` (16 and 64 learners, global batches 64-640), ``pilot`` (a few
-#: runs to time a plan) and ``tiny`` (the tests').
+#: Named plans: ``ibm`` (16 and 64 learners, global batches 64-640, the runs each claim
+#: needs: 35, about 3 hours of a 2-core VM), ``ibm_full`` (the same axes, every strategy
+#: everywhere and both straggler models at both learner counts: 74 runs, about 5 hours
+#: there), ``pilot`` (a few runs to time a plan) and ``tiny`` (the tests').
+_IBM = {"learners": (16, 64), "batches": (64, 192, 640), "base_batch": 64, "epochs": 2}
 PLANS: dict[str, dict] = {
-    "ibm": {"learners": (16, 64), "batches": (64, 192, 640), "base_batch": 64, "epochs": 2},
+    "ibm": {**_IBM, "grid": "claims"},
+    "ibm_full": _IBM,
     "pilot": {"learners": (16,), "batches": (64, 640), "base_batch": 64, "headline_seeds": (1,), "epochs": 1},
     "tiny": {
         "learners": (4,),

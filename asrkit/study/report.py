@@ -131,7 +131,7 @@ def _order(strategy: str) -> int:
 
 
 def _headline(runs: list[Run], figures: Path) -> str:
-    chosen = [r for r in runs if "equal_speed" in r["questions"] and r["straggler"] == "none"]
+    chosen = [r for r in runs if r["straggler"] == "none"]
     seeds = _groups(chosen, lambda r: (r["model"], r["learners"], r["batch"]))
     multi = {k: v for k, v in seeds.items() if len({r["seed"] for r in v}) > 1}
     if not multi:
@@ -176,9 +176,7 @@ def _headline(runs: list[Run], figures: Path) -> str:
 
 
 def _equal_speed(runs: list[Run], figures: Path) -> str:
-    chosen = [
-        r for r in runs if "equal_speed" in r["questions"] and r["straggler"] == "none" and r["seed"] == 1
-    ]
+    chosen = _equal_seed_1(runs)
     parts = ["### Equal speed: time to the target loss per strategy\n"]
     for (model, n, batch), group in _groups(
         chosen, lambda r: (r["model"], r["learners"], r["batch"])
@@ -218,7 +216,7 @@ def _equal_speed(runs: list[Run], figures: Path) -> str:
         header = ["strategy", "final dev loss", quality_header, f"virtual s to {target:.3f}", "samples/s"]
         first = f"; first to the target: **{fastest}**" if fastest else ""
         parts.append(_section(f"**{model}, {n} learners, global batch {batch}**{first}", header, rows, name))
-    return "\n".join(parts)
+    return "\n".join(parts) if len(parts) > 1 else ""
 
 
 def _stragglers(runs: list[Run], figures: Path) -> str:
@@ -227,7 +225,7 @@ def _stragglers(runs: list[Run], figures: Path) -> str:
         for r in runs
         if r["straggler"] == "none" and r["seed"] == 1
     }
-    chosen = [r for r in runs if "stragglers" in r["questions"]]
+    chosen = [r for r in runs if r["straggler"] != "none"]
     parts = ["### Stragglers: simulated samples/s against the same learners at equal speed\n"]
     for (model, n, batch), group in _groups(
         chosen, lambda r: (r["model"], r["learners"], r["batch"])
@@ -268,16 +266,19 @@ def _stragglers(runs: list[Run], figures: Path) -> str:
         _save(fig, figures / name)
         header = ["straggler", "strategy", "samples/s", "vs equal speed", "final dev loss"]
         parts.append(_section(f"**{model}, {n} learners, global batch {batch}**", header, rows, name))
-    return "\n".join(parts)
+    return "\n".join(parts) if len(parts) > 1 else ""
 
 
 def _batch(runs: list[Run], figures: Path) -> str:
-    chosen = [r for r in runs if "batch" in r["questions"] and r["straggler"] == "none" and r["seed"] == 1]
     parts = ["### Batch size: final dev loss and WER against the global batch\n"]
-    for (model, n), group in _groups(chosen, lambda r: (r["model"], r["learners"])).items():
+    for (model, n), group in _groups(_equal_seed_1(runs), lambda r: (r["model"], r["learners"])).items():
+        strategies = _groups(group, lambda r: (r["strategy"],))
+        by_strategy = {k: v for k, v in strategies.items() if len({r["batch"] for r in v}) > 1}
+        if not by_strategy:
+            continue
         rows = []
         fig = plt.figure(figsize=(6, 3.5))
-        for (strategy,), members in _groups(group, lambda r: (r["strategy"],)).items():
+        for (strategy,), members in sorted(by_strategy.items(), key=lambda kv: _order(kv[0][0])):
             members.sort(key=lambda r: r["batch"])
             smallest = _loss(members[0])
             for r in members:
@@ -316,17 +317,11 @@ def _batch(runs: list[Run], figures: Path) -> str:
             "frame acc %",
         ]
         parts.append(f"**{model}, {n} learners**\n\n{_table(header, rows)}\n\n![](study/{name})\n")
-    return "\n".join(parts)
+    return "\n".join(parts) if len(parts) > 1 else ""
 
 
 def _spectral(runs: list[Run]) -> str:
-    chosen = [
-        r
-        for r in runs
-        if "spectral" in r["questions"]
-        and r["strategy"] in ("adpsgd_fixed", "adpsgd_random")
-        and r["seed"] == 1
-    ]
+    chosen = [r for r in _equal_seed_1(runs) if r["strategy"] in ("adpsgd_fixed", "adpsgd_random")]
     rows = []
     for r in sorted(chosen, key=lambda r: (r["model"], r["learners"], r["batch"], r["strategy"])):
         pattern = r["strategy"].split("_")[1]
@@ -352,6 +347,12 @@ def _spectral(runs: list[Run]) -> str:
         "final dev loss",
     ]
     return "### Fixed ring against random pairing\n\n" + _table(header, rows) + "\n" if rows else ""
+
+
+def _equal_seed_1(runs: list[Run]) -> list[Run]:
+    """The runs at equal speed of seed 1 (whatever question the plan made them for: the
+    report compares every run that shares the other axes)."""
+    return [r for r in runs if r["straggler"] == "none" and r["seed"] == 1]
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -385,6 +386,8 @@ def write_report(out: Path, docs: Path) -> Path:
     runs; returns the markdown's path."""
     runs = load_runs(out)
     figures = docs / "study"
+    for stale in figures.glob("*.png"):  # every figure is drawn again; none of another plan stays
+        stale.unlink()
     plan = json.loads((out / "plan.json").read_text()) if (out / "plan.json").is_file() else {"runs": []}
     intro = (
         "<!-- generated by `asrkit study report`; do not edit: rerun it -->\n"

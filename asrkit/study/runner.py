@@ -111,11 +111,22 @@ def _sitting(out: Path, jobs: int, counts: dict[str, int]) -> Iterator[None]:
         atomic_write(path, json.dumps(sittings, indent=2) + "\n")
 
 
+#: The plan's settings that change what a run computes; the others (the axes, the seeds,
+#: the grid) only choose which runs there are, so a study dir may go on under a plan that
+#: chooses more or fewer of them.
+_OUTCOME = ("models", "base_batch", "epochs", "hybrid_group", "common", "warmup_samples")
+
+
 def _check_same_settings(out: Path, settings: dict) -> None:
-    """A study dir continues only with the settings it was started with."""
+    """A study dir continues only with the settings its finished runs were made with (a
+    setting its plan.json lacks, from an older asrkit, counts as the default)."""
     before = json.loads((out / "plan.json").read_text())
-    plan_before, plan_now = before.get("plan", {}), settings["plan"]
-    changed = sorted(k for k in {**plan_before, **plan_now} if plan_before.get(k) != plan_now.get(k))
+    defaults = json.loads(
+        json.dumps({f.name: f.default for f in dataclasses.fields(StudyPlan) if f.name in _OUTCOME[1:]})
+    )
+    plan_before = {**defaults, **before.get("plan", {})}
+    plan_now = {**defaults, **settings["plan"]}
+    changed = [k for k in _OUTCOME if plan_before.get(k) != plan_now.get(k)]
     if before.get("network") != settings["network"]:
         changed.append("network")
     if changed:

@@ -94,7 +94,7 @@ def test_a_study_resumes_where_it_stopped_and_reports_every_question(tmp_path: P
 
 def test_study_errors_name_the_fix(tmp_path: Path) -> None:
     bad = run_cli("study", "run", "--plan", "huge", "--out", str(tmp_path))
-    assert bad.returncode == 2 and "ibm, pilot, tiny" in bad.stderr
+    assert bad.returncode == 2 and "ibm, ibm_full, pilot, tiny" in bad.stderr
     empty = run_cli("study", "report", "--out", str(tmp_path / "none"))
     assert empty.returncode == 2 and "asrkit study run --out" in empty.stderr
     model = run_cli("study", "run", "--model", "no-equals-sign", "--out", str(tmp_path))

@@ -10,11 +10,11 @@ from asrkit.config import compose, to_object
 from asrkit.study.plan import STRATEGIES, StudyPlan, study_plan
 
 
-def test_the_ibm_plan_covers_every_claim_with_unique_runs() -> None:
-    plan = study_plan("ibm")
+def test_the_full_ibm_plan_covers_every_claim_with_unique_runs() -> None:
+    plan = study_plan("ibm_full")
     runs = plan.runs()
     names = [r.name for r in runs]
-    assert len(names) == len(set(names)) and 60 <= len(runs) <= 90  # about 3 hours at ~135 s a run
+    assert len(names) == len(set(names)) and len(runs) == 74
     questions = {q for r in runs for q in r.questions}
     assert questions == {"equal_speed", "spectral", "stragglers", "batch"}
     headline = [
@@ -33,6 +33,58 @@ def test_the_ibm_plan_covers_every_claim_with_unique_runs() -> None:
     assert max(batches) >= 10 * min(batches)  # the batch spans at least 10x
     assert {r.straggler for r in runs if "stragglers" in r.questions} == {"one_2x", "exp_2x"}
     assert all(r.batch >= r.learners for r in runs)  # every learner has at least one utterance a step
+
+
+def test_the_ibm_plan_runs_what_each_claim_needs_in_claim_order() -> None:
+    plan, full = study_plan("ibm"), study_plan("ibm_full")
+    runs = plan.runs()
+    assert len({r.name for r in runs}) == len(runs) == 35  # ~3 h of a 2-core VM at ~5.5 min a run
+    # every run is one of the full grid's, with the same overrides: a study dir can go on
+    # under either plan
+    same = {r.name: plan.overrides(r) for r in full.runs()}
+    assert all(same[r.name] == plan.overrides(r) for r in runs)
+    key = [(r.model, r.learners, r.batch, r.straggler) for r in runs]
+    headline = [r for r in runs if r.seed > 1 or key[runs.index(r)] == ("hybrid", 64, 192, "none")]
+    assert {(r.strategy, r.seed) for r in headline} == {(s, k) for s in STRATEGIES for k in (1, 2, 3)}
+    assert runs[: len(headline)] == headline  # the headline first, then IBM's first claim:
+    stragglers = runs[len(headline) : len(headline) + 8]
+    assert {(r.model, r.learners, r.batch) for r in stragglers} == {("hybrid", 64, 192)}
+    assert {r.strategy for r in stragglers if r.straggler == "one_2x"} == set(STRATEGIES)
+    exp = {r.strategy for r in stragglers if r.straggler == "exp_2x"}
+    assert exp == {"sync", "adpsgd_fixed", "adpsgd_random"}
+    large = {r.strategy for r in runs if r.learners == 64 and r.batch == 640}
+    assert large == {"sync", "adpsgd_random", "delay_by_one"}  # delay-by-one's claim
+    for strategy in ("sync", "adpsgd_random"):  # the batch claim: 64 to 640 at 16 learners
+        assert {r.batch for r in runs if r.learners == 16 and r.strategy == strategy} == {64, 192, 640}
+    assert {r.strategy for r in runs if r.learners == 16 and r.batch == 192} >= {"adpsgd_fixed"}
+    assert {(r.strategy, r.learners, r.batch) for r in runs if r.model == "ctc"} == {
+        ("sync", 64, 192),
+        ("adpsgd_random", 64, 192),
+    }
+    assert [r.model for r in runs[-2:]] == ["ctc", "ctc"]  # the other model last
+    assert {q for r in runs for q in r.questions} == {"equal_speed", "spectral", "stragglers", "batch"}
+
+
+def test_a_study_dir_goes_on_under_a_plan_choosing_other_runs_but_not_other_settings(tmp_path) -> None:
+    import dataclasses
+    import json
+
+    from asrkit.errors import ConfigError
+    from asrkit.study.runner import _check_same_settings
+
+    def settings(plan: StudyPlan) -> dict:
+        network = {"name": "infiniband", "bandwidth_gbps": 100.0, "latency_us": 2.0}
+        return json.loads(json.dumps({"plan": dataclasses.asdict(plan), "network": network}))
+
+    full = settings(study_plan("ibm_full"))
+    older = json.loads(json.dumps(full))
+    del older["plan"]["grid"], older["plan"]["warmup_samples"]  # a plan.json of an older asrkit
+    (tmp_path / "plan.json").write_text(json.dumps(older))
+    _check_same_settings(tmp_path, settings(study_plan("ibm")))  # fewer runs, same settings
+    for changed in ({"epochs": 3}, {"warmup_samples": 1000}, {"common": ()}):
+        other = dataclasses.replace(study_plan("ibm"), **changed)
+        with pytest.raises(ConfigError, match=next(iter(changed))):
+            _check_same_settings(tmp_path, settings(other))
 
 
 def test_hybrid_runs_need_an_even_number_of_groups() -> None:

@@ -23,3 +23,38 @@ def test_a_run_at_the_target_at_its_first_validation_or_never_there() -> None:
     assert _time_to(_run((4.0, 3.0), (8.0, 2.5)), 2.0) is None
     # a loss that went up and came back: the crossing after the rise
     assert _time_to(_run((2.0, 3.0), (4.0, 3.4), (6.0, 2.6)), 2.8) == pytest.approx(5.5)
+
+
+def _record(out, strategy: str, n: int, batch: int, losses: list[float], questions: list[str]) -> None:
+    import json
+
+    name = f"m_{strategy}_n{n}_b{batch}_none_s1"
+    where = out / "runs" / name
+    where.mkdir(parents=True)
+    run = {"model": "m", "strategy": strategy, "learners": n, "batch": batch, "straggler": "none"}
+    run.update(seed=1, questions=questions, name=name, overrides=[], lr=0.01 * batch)
+    (where / "run.json").write_text(json.dumps(run))
+    (where / "sim.json").write_text("{}")
+    history = [{"epoch": e + 1, "loss": x, "seconds": 2.0, "frame_acc": 40.0} for e, x in enumerate(losses)]
+    (where / "train_summary.json").write_text(json.dumps({"history": history}))
+    learners = {"steady_samples_per_s": 100.0, "mean_consensus_distance": 0.5}
+    (where / "learners.json").write_text(json.dumps(learners))
+
+
+def test_the_report_compares_runs_by_their_axes_and_drops_stale_figures(tmp_path) -> None:
+    from asrkit.study.report import write_report
+
+    out, docs = tmp_path / "study", tmp_path / "docs"
+    # a batch pair the plan made for another question: the report still compares the batches
+    _record(out, "sync", 4, 8, [3.0, 2.0], ["equal_speed"])
+    _record(out, "sync", 4, 32, [3.2, 2.4], ["equal_speed"])
+    _record(out, "adpsgd_random", 4, 8, [3.1, 2.2], ["spectral"])
+    (docs / "study").mkdir(parents=True)
+    (docs / "study" / "stragglers_old_n64_b192.png").write_bytes(b"stale")
+    text = write_report(out, docs).read_text()
+    assert "| sync | 8 | 0.08 | 2.000 | 1.000 |" in text and "| sync | 32 | 0.32 | 2.400 | 1.200 |" in text
+    assert "| adpsgd_random | 8 |" not in text  # one batch only: nothing to compare
+    assert "### Stragglers" not in text  # no straggler run: no empty section
+    assert "| m | 4 | 8 | random |" in text  # the spectral table takes every ADPSGD run
+    figures = sorted(p.name for p in (docs / "study").glob("*.png"))
+    assert figures == ["batch_m_n4.png", "equal_m_n4_b8.png"]

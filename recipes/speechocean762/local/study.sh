@@ -8,7 +8,7 @@
 # finished run's records and the step costs (study/.gitignore), so a fresh clone goes on
 # where the last commit left the study, and regenerates the report without running.
 # Usage (from anywhere):
-#   recipes/speechocean762/local/study.sh [--plan ibm|pilot] [--max-runs N] [--network 10gbe]
+#   recipes/speechocean762/local/study.sh [--plan ibm|ibm_full|pilot] [--max-runs N] [--network 10gbe]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python=${ASRKIT_PYTHON:-../../.venv/bin/python}
