@@ -103,10 +103,16 @@ def training_rate(
         "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 2),
         "batch": batch,
         "frames": out_frames,
-        "step_s": round(best, 4),
-        "gflop_per_step": round(flops / 1e9, 2),
-        "gflop_s": round(flops / best / 1e9, 2),
+        "step_s": _figures(best),
+        "gflop_per_step": _figures(flops / 1e9),
+        "gflop_s": _figures(flops / best / 1e9),
     }
+
+
+def _figures(value: float, digits: int = 4) -> float:
+    """``value`` to ``digits`` significant figures: a tiny model's rate on a busy machine
+    (a few MFLOP/s) must not print as 0."""
+    return float(f"{value:.{digits}g}")
 
 
 def bench_compute(data_dir: str = "", *, device: str = "auto", quick: bool = False) -> dict:
