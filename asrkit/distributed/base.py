@@ -36,32 +36,41 @@ class Straggler:
     waits an exponentially distributed extra with mean ``(factor - 1)`` x its own time, so
     a step's time is its own shifted by an exponential (the straggler model of coded- and
     asynchronous-SGD analyses), ``factor`` x its own on average, with a long tail.
+
+    ``random`` and ``exponential`` scale a learner's own work in the step (the runtime's
+    :meth:`~asrkit.distributed.comm.Runtime.work`), not the step's elapsed time: in a
+    lock-step strategy the elapsed time includes waiting for the learners the last step
+    slowed, and scaling that fed the delays back into themselves, growing without bound
+    (a 64-learner SYNC run's 35th step took 10^20 virtual seconds). ``one``'s slow learner
+    is the one the others wait for, so its elapsed time is its own.
     """
 
     def __init__(self, cfg: StragglerConfig, *, rank: int, world_size: int, runtime: Runtime = REAL) -> None:
         self.cfg, self.rank, self.world_size, self.runtime = cfg, rank, world_size, runtime
         self.slow_rank = cfg.rank if cfg.rank >= 0 else world_size - 1
-        self._began = 0.0
+        self._began = self._work_began = 0.0
         self.delayed_s = 0.0
 
     def start_step(self) -> None:
         self._began = self.runtime.now()
+        self._work_began = self.runtime.work()
 
     def end_step(self, step: int) -> None:
         cfg = self.cfg
         if cfg.mode == "none" or self.world_size == 1:
             return
         took = self.runtime.now() - self._began
+        own = self.runtime.work() - self._work_began
         rng = random.Random(cfg.seed * 1_000_003 + step)
         pause = 0.0
         if cfg.mode == "one" and self.rank == self.slow_rank:
             pause = (cfg.factor - 1.0) * took
         elif cfg.mode == "random" and rng.randrange(self.world_size) == self.rank:
-            pause = (cfg.factor - 1.0) * took
+            pause = (cfg.factor - 1.0) * own
         elif cfg.mode == "delay":
             pause = self._own_rng(step).uniform(0.0, cfg.max_delay_ms / 1000.0)
         elif cfg.mode == "exponential" and cfg.factor > 1.0:
-            pause = self._own_rng(step).expovariate(1.0 / ((cfg.factor - 1.0) * took)) if took > 0 else 0.0
+            pause = self._own_rng(step).expovariate(1.0 / ((cfg.factor - 1.0) * own)) if own > 0 else 0.0
         if pause > 0:
             self.runtime.sleep(pause)
             self.delayed_s += pause

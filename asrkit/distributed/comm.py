@@ -49,6 +49,11 @@ class Runtime:
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
+    def work(self) -> float:
+        """Seconds the calling learner has spent working (not waiting on others or
+        sleeping): its thread's CPU time here, the compute it was charged in a simulation."""
+        return time.thread_time()
+
     def condition(self) -> Any:
         """A ``threading.Condition`` (``with``, ``wait_for``, ``notify_all``)."""
         return threading.Condition()

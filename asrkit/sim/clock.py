@@ -44,6 +44,7 @@ class _Task:
     def __init__(self, clock: Clock, index: int, name: str, fn: Callable[[], Any], at: float) -> None:
         self.clock, self.index, self.name, self.fn = clock, index, name, fn
         self.time = at
+        self.work = 0.0  # virtual seconds spent computing (advance), not waiting or sleeping
         self.state = "ready"  # ready | blocked | done
         self.waiting_for = ""
         self.go = threading.Semaphore(0)
@@ -137,13 +138,20 @@ class Clock:
         """The calling task's virtual time (seconds)."""
         return self.current.time
 
-    def advance(self, seconds: float) -> None:
-        """The calling task spends ``seconds`` of virtual time (e.g. computing a step)."""
+    def advance(self, seconds: float, *, work: bool = True) -> None:
+        """The calling task spends ``seconds`` of virtual time computing a step (``work``)
+        or sleeping."""
         if seconds < 0:
             raise ValueError(f"time runs forward: advance({seconds})")
         task = self.current
         task.time += seconds
+        if work:
+            task.work += seconds
         self._yield(task)
+
+    def work(self) -> float:
+        """The calling task's computing time so far (virtual seconds)."""
+        return self.current.work
 
     def advance_to(self, when: float) -> None:
         """The calling task waits until virtual time ``when`` (no-op if it is later)."""

@@ -53,7 +53,10 @@ class ClockRuntime(Runtime):
         return self.clock.now()
 
     def sleep(self, seconds: float) -> None:
-        self.clock.advance(seconds)
+        self.clock.advance(seconds, work=False)
+
+    def work(self) -> float:
+        return self.clock.work()
 
     def condition(self) -> Any:
         return Condition(self.clock, "a condition")

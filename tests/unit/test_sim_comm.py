@@ -158,3 +158,31 @@ def test_data_parallel_averages_gradients_as_ddp_does() -> None:
         for got, a, b in zip(grads[rank], expected[0], expected[1], strict=True):
             assert torch.equal(got, a / 2 + b / 2)
     assert math.isclose(SLOW.all_reduce_s(4 * (15 + 3), 2), 2 * (0.001 + 36e-6), rel_tol=1e-9)
+
+
+def test_exponential_stragglers_in_lock_step_scale_each_learners_own_work() -> None:
+    """16 learners, 1 s of work a step, all-reduce, then every learner's exponential extra
+    (factor 2: 1 s on average). A step lasts 1 s plus the largest of 16 extras (H_16 = 3.38
+    s on average). Scaling the elapsed step instead, which includes waiting for the last
+    step's slowest, fed the extras back into themselves and grew them without bound."""
+    from asrkit.distributed.base import Straggler
+    from asrkit.distributed.config import StragglerConfig
+    from asrkit.sim.runtime import ClockRuntime
+
+    cfg, steps = StragglerConfig(mode="exponential", factor=2.0, seed=3), 40
+
+    def learner(clock: Clock, comm) -> tuple[float, float]:
+        straggler = Straggler(cfg, rank=comm.rank, world_size=16, runtime=ClockRuntime(clock))
+        for step in range(steps):
+            straggler.start_step()
+            clock.advance(1.0)
+            comm.all_reduce(torch.ones(1))
+            straggler.end_step(step)
+        return clock.now(), straggler.delayed_s
+
+    results = _run(16, learner, NETWORKS["infiniband"])
+    step_s = max(t for t, _ in results) / steps
+    harmonic = sum(1 / k for k in range(1, 17))
+    assert step_s == pytest.approx(1.0 + harmonic, rel=0.25)
+    extra = sum(d for _, d in results) / (16 * steps)
+    assert extra == pytest.approx(1.0, rel=0.15)  # (factor - 1) x 1 s of own work

@@ -75,13 +75,18 @@ def test_every_strategy_config_composes_from_the_command_line() -> None:
 
 
 class _Runtime(Runtime):
-    """A runtime whose clock reads ``times`` in turn and whose sleeps are recorded."""
+    """A runtime whose clock reads ``times`` in turn and whose sleeps are recorded; its
+    learner works through every step (``work`` reads the same times)."""
 
     def __init__(self, times: list[float]) -> None:
         self.times, self.slept = iter(times), []
+        self.works = iter(list(times))
 
     def now(self) -> float:
         return next(self.times)
+
+    def work(self) -> float:
+        return next(self.works)
 
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
