@@ -38,7 +38,7 @@ def test_the_full_ibm_plan_covers_every_claim_with_unique_runs() -> None:
 def test_the_ibm_plan_runs_what_each_claim_needs_in_claim_order() -> None:
     plan, full = study_plan("ibm"), study_plan("ibm_full")
     runs = plan.runs()
-    assert len({r.name for r in runs}) == len(runs) == 32  # ~3 h of a 2-core VM at ~5.5 min a run
+    assert len({r.name for r in runs}) == len(runs) == 29  # ~3 h of a 2-core VM at ~6 min a run
     # every run is one of the full grid's, with the same overrides: a study dir can go on
     # under either plan
     same = {r.name: plan.overrides(r) for r in full.runs()}
@@ -53,9 +53,8 @@ def test_the_ibm_plan_runs_what_each_claim_needs_in_claim_order() -> None:
     assert {r.strategy for r in stragglers} == set(STRATEGIES)
     large = {r.strategy for r in runs if r.learners == 64 and r.batch == 640}
     assert large == {"sync", "adpsgd_random", "delay_by_one"}  # delay-by-one's claim
-    for strategy in ("sync", "adpsgd_random"):  # the batch claim: 64 to 640 at 16 learners
-        assert {r.batch for r in runs if r.learners == 16 and r.strategy == strategy} == {64, 192, 640}
-    assert {r.strategy for r in runs if r.learners == 16 and r.batch == 192} >= {"adpsgd_fixed"}
+    for strategy in ("sync", "adpsgd_random"):  # the batch claim: 64 and 640 at 16 learners
+        assert {r.batch for r in runs if r.learners == 16 and r.strategy == strategy} == {64, 640}
     assert {(r.strategy, r.learners, r.batch) for r in runs if r.model == "ctc"} == {
         ("sync", 64, 192),
         ("adpsgd_random", 64, 192),
