@@ -111,8 +111,8 @@ class StudyPlan:
         the shifted-exponential model is ``full``'s only); the largest batch
         for SYNC, ADPSGD (random) and delay-by-one (``equal_speed``: delay-by-one's claim
         is about large batches); at the smallest learner count the smallest and the
-        largest batch for SYNC and ADPSGD (random) (``batch``: a 10x span with as many
-        utterances per learner as the largest count's middle and largest batch); and the
+        largest batch for SYNC and ADPSGD (random) (``batch``: the 10x span, which the
+        largest count's middle and largest batch only cover 3.3x of); and the
         other models at the headline's point for SYNC and ADPSGD (random). Fixed ring
         against random pairing (``spectral``) is the headline's, at the learner count where
         their spectral gaps differ most."""
