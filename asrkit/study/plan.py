@@ -56,6 +56,13 @@ class StudyRun:
         return f"{self.model}_{self.strategy}_n{self.learners}_b{self.batch}_{self.straggler}_s{self.seed}"
 
 
+def _merge_into(runs: dict[str, StudyRun], run: StudyRun) -> None:
+    """Add ``run`` to ``runs`` by name; a run already there gains ``run``'s questions."""
+    known = runs.get(run.name)
+    merged = tuple(dict.fromkeys((*(known.questions if known else ()), *run.questions)))
+    runs[run.name] = StudyRun(**{**run.__dict__, "questions": merged})
+
+
 @dataclass(frozen=True)
 class StudyPlan:
     """What a study runs: every model (name -> the experiment's overrides), ``base_batch``
@@ -123,10 +130,7 @@ class StudyPlan:
         pair = ("sync", "adpsgd_random")
 
         def add(model: str, strategy: str, n: int, batch: int, straggler: str, seed: int, *q: str) -> None:
-            run = StudyRun(model, strategy, n, batch, straggler, seed, q)
-            known = runs.get(run.name)
-            questions = tuple(dict.fromkeys((*(known.questions if known else ()), *q)))
-            runs[run.name] = StudyRun(model, strategy, n, batch, straggler, seed, questions)
+            _merge_into(runs, StudyRun(model, strategy, n, batch, straggler, seed, q))
 
         for seed in self.headline_seeds:
             for strategy in STRATEGIES:
@@ -147,9 +151,7 @@ class StudyPlan:
         runs: dict[str, StudyRun] = {}
 
         def add(run: StudyRun) -> None:
-            known = runs.get(run.name)
-            merged = tuple(dict.fromkeys((*(known.questions if known else ()), *run.questions)))
-            runs[run.name] = StudyRun(**{**run.__dict__, "questions": merged})
+            _merge_into(runs, run)
 
         first_model, middle = next(iter(self.models)), self.batches[len(self.batches) // 2]
         largest_n = max(self.learners)
