@@ -121,9 +121,8 @@ def _check_same_settings(out: Path, settings: dict) -> None:
     """A study dir continues only with the settings its finished runs were made with (a
     setting its plan.json lacks, from an older asrkit, counts as the default)."""
     before = json.loads((out / "plan.json").read_text())
-    defaults = json.loads(
-        json.dumps({f.name: f.default for f in dataclasses.fields(StudyPlan) if f.name in _OUTCOME[1:]})
-    )
+    known = {f.name: f.default for f in dataclasses.fields(StudyPlan) if f.default is not dataclasses.MISSING}
+    defaults = json.loads(json.dumps(known))
     plan_before = {**defaults, **before.get("plan", {})}
     plan_now = {**defaults, **settings["plan"]}
     changed = [k for k in _OUTCOME if plan_before.get(k) != plan_now.get(k)]
