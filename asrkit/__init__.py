@@ -7,3 +7,16 @@ sclite outputs), :mod:`asrkit.stages` (numbered recipe stages) and
 """
 
 __version__ = "0.1.0"
+
+
+def _protect_main_thread() -> None:
+    # Signals must not land on the stack of the LSTM code they interrupt (asrkit.sigstack).
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        from asrkit import sigstack
+
+        sigstack.install()
+
+
+_protect_main_thread()

@@ -76,7 +76,7 @@ def train_learner(
         _train_learner(cfg, data_root=data_root, exp_dir=exp_dir, dctx=dctx, stop=stop, resume_key=resume_key)
     finally:
         if installed:
-            stop.restore()
+            stop.wind_down()
     if stop.requested:  # the signal came as training ended: it is whole, but stop here
         raise TrainingStopped(
             f"stopped by {stop.name} after training finished ({exp_dir / 'model.pt'} written); "

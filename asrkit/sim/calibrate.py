@@ -25,6 +25,7 @@ from asrkit.distributed.config import StrategyConfig
 from asrkit.errors import ConfigError
 from asrkit.learner import LearnerParts, build_trainer
 from asrkit.sim.run import StepCost
+from asrkit.training.stop import StopRequest
 from asrkit.training.strategy import Strategy, TrainState
 
 __all__ = ["learner_batch_caps", "load_or_measure", "measure_step_cost"]
@@ -81,7 +82,12 @@ def _fit_line(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 
 def measure_step_cost(
-    cfg: AsrkitConfig, parts: LearnerParts, *, steps: int = 16, warmup: int = 3
+    cfg: AsrkitConfig,
+    parts: LearnerParts,
+    *,
+    steps: int = 16,
+    warmup: int = 3,
+    stop: StopRequest | None = None,
 ) -> StepCost:
     """Train one learner for ``warmup + steps`` steps at the simulated learners' batch
     caps (the first ``warmup`` are not counted; a training set of fewer batches is gone
@@ -114,6 +120,7 @@ def measure_step_cost(
             comm=SoloCommunicator(),
             strategy=timer,
             resume_states=False,
+            stop=stop,
         )
         trainer.fit()
     counted = timer.steps[warmup:]
@@ -129,15 +136,18 @@ def measure_step_cost(
     return StepCost(step_s=step_s, frame_s=frame_s, eval_fraction=fraction)
 
 
-def load_or_measure(path: Path, cfg: AsrkitConfig, parts: LearnerParts) -> tuple[StepCost, bool]:
+def load_or_measure(
+    path: Path, cfg: AsrkitConfig, parts: LearnerParts, *, stop: StopRequest | None = None
+) -> tuple[StepCost, bool]:
     """The cost saved in ``path`` (a JSON of :class:`StepCost`'s fields), or a new
-    measurement saved there; and whether it was measured now."""
+    measurement saved there; and whether it was measured now (``stop``: a signal ends the
+    measurement after its step, :class:`~asrkit.errors.TrainingStopped`)."""
     if path.is_file():
         try:
             return StepCost(**json.loads(path.read_text())), False
         except (TypeError, ValueError) as err:
             raise ConfigError(f"{path}: not a step cost ({err}); remove it to measure again") from None
-    cost = measure_step_cost(cfg, parts)
+    cost = measure_step_cost(cfg, parts, stop=stop)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(dataclasses.asdict(cost), indent=2) + "\n")
     return cost, True

@@ -31,6 +31,9 @@ import torch
 
 __all__ = ["Clock", "Condition", "Event", "SimAborted", "SimDeadlock"]
 
+#: Real seconds between :meth:`Clock.run`'s looks at its ``stop`` callable.
+STOP_POLL_S = 0.05
+
 
 class SimDeadlock(RuntimeError):
     """Every unfinished task waits for something no task can do any more."""
@@ -98,10 +101,14 @@ class Clock:
             task.thread.start()
         return task
 
-    def run(self) -> list[Any]:
+    def run(self, *, stop: Callable[[], BaseException | None] | None = None) -> list[Any]:
         """Run every task to its end; the results of the tasks spawned before the run, in
         spawn order (tasks spawn more: threads of their own). Raises the first task's
-        error (or :class:`SimDeadlock`)."""
+        error (or :class:`SimDeadlock`).
+
+        ``stop`` is asked every :data:`STOP_POLL_S` real seconds while the tasks run; an
+        exception it returns cancels the run (:meth:`cancel`) and is raised here once every
+        task has ended (a Ctrl-C: no task thread is left computing as the process exits)."""
         if self._started:
             raise RuntimeError("a clock runs once")
         self._started = True
@@ -116,7 +123,10 @@ class Clock:
             first = self._next_ready()
             assert first is not None
             self._hand_over(first)
-        self._done.wait()
+        while not self._done.wait(STOP_POLL_S if stop is not None else None):
+            error = stop() if stop is not None else None
+            if error is not None:
+                self.cancel(error)
         for task in self._tasks:
             task.thread.join()
         if initial is not None:
@@ -124,6 +134,19 @@ class Clock:
         if self._error is not None:
             raise self._error
         return [task.result for task in self._tasks[:roots]]
+
+    def cancel(self, error: BaseException) -> None:
+        """Stop the run from outside its tasks: each unfinished task raises ``error`` at its
+        next call to the clock (the running one after its current computation), and
+        :meth:`run` raises it."""
+        with self._lock:
+            if self._error is None:
+                self._error = error
+            for task in self._tasks:
+                if task.state != "done" and task.abort is None:
+                    task.abort = error
+                    if task.state == "blocked":
+                        task.state, task.waiting_for = "ready", ""
 
     # -- what a task calls ---------------------------------------------------------------
 

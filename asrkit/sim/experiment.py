@@ -1,6 +1,14 @@
 """Simulate an experiment's training as ``asrkit simulate`` does: the experiment's data
 read into memory once, the step cost read from its file or measured and saved there, and
-the run written to its output dir (a finished run is left as it is)."""
+the run written to its output dir.
+
+A finished run in the output dir is the answer only to the same question: ``sim.json``
+records the settings that shape the result (:func:`run_settings`) and a rerun with
+other settings is refused with the first differences named (``--force`` replaces it). The
+default output dir's name ends with a hash of those settings, so runs that differ in any
+of them (a bandwidth, a straggler, a learning rate) land side by side. A step cost is
+keyed the same way on what changes a step's compute (:func:`step_cost_settings`).
+"""
 
 from __future__ import annotations
 
@@ -9,20 +17,128 @@ import json
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
-from asrkit.config import AsrkitConfig
-from asrkit.errors import ConfigError
+from omegaconf import OmegaConf
+
+from asrkit.config import NOT_OUTPUT_SETTINGS, AsrkitConfig
+from asrkit.errors import ConfigError, DataError
 from asrkit.sim.network import Network
 
-__all__ = ["default_out", "simulate_experiment"]
+__all__ = ["default_out", "run_settings", "simulate_experiment", "step_cost_settings"]
 
 log = logging.getLogger(__name__)
 
+#: Config sections that shape a simulated run's result (less ``NOT_OUTPUT_SETTINGS``).
+RUN_SECTIONS = (
+    "seed",
+    "objective",
+    "pipeline",
+    "data",
+    "features",
+    "tokenizer",
+    "model",
+    "optim",
+    "schedule",
+    "specaug",
+    "train",
+    "strategy",
+    "align",
+)
+#: What changes one step's compute time: the model and its input and output sizes, the
+#: objective, the optimizer's kind, masking and chunking, the threads.
+STEP_COST_KEYS = (
+    "objective",
+    "pipeline",
+    "features",
+    "tokenizer",
+    "model",
+    "optim.name",
+    "optim.fused",
+    "specaug",
+    "train.num_threads",
+    "train.chunk_frames",
+    "train.chunk_context",
+    "train.clip_grad_norm",
+)
+
+
+def _plain(cfg: AsrkitConfig) -> dict[str, Any]:
+    plain = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
+    assert isinstance(plain, dict)
+    return plain
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def run_settings(cfg: AsrkitConfig, network: Network) -> dict[str, Any]:
+    """The settings a simulated run's result depends on, flat (``strategy.learners``:
+    value), with the network; the step cost is keyed separately and recorded beside."""
+    flat = _flat({key: _plain(cfg)[key] for key in RUN_SECTIONS})
+    chosen = {k: v for k, v in flat.items() if k not in NOT_OUTPUT_SETTINGS}
+    chosen.update(
+        {"network.bandwidth_gbps": network.bandwidth_gbps, "network.latency_us": network.latency_us}
+    )
+    return dict(sorted(chosen.items()))
+
+
+def step_cost_settings(cfg: AsrkitConfig) -> dict[str, Any]:
+    """What a step cost measured for ``cfg`` depends on: :data:`STEP_COST_KEYS` and one
+    learner's batch caps."""
+    from asrkit.sim.calibrate import learner_batch_caps
+
+    flat = _flat(_plain(cfg))
+    chosen = {k: v for k, v in flat.items() if any(k == p or k.startswith(p + ".") for p in STEP_COST_KEYS)}
+    max_batch, max_frames = learner_batch_caps(cfg)
+    chosen.update({"learner.max_batch": max_batch, "learner.max_frames": max_frames})
+    return dict(sorted(chosen.items()))
+
 
 def default_out(cfg: AsrkitConfig, network: Network) -> Path:
-    """``<exp_dir>/sim/<strategy>_n<learners>_<network>_seed<seed>``."""
-    name = f"{cfg.strategy.name}_n{cfg.strategy.learners}_{network.name}_seed{cfg.seed}"
+    """``<exp_dir>/sim/<strategy>_n<learners>_<network>_seed<seed>_<settings hash>``."""
+    from asrkit.sim.run import settings_digest
+
+    digest = settings_digest(run_settings(cfg, network))[:8]
+    name = f"{cfg.strategy.name}_n{cfg.strategy.learners}_{network.name}_seed{cfg.seed}_{digest}"
     return Path(cfg.exp_dir) / "sim" / name
+
+
+def default_step_cost(cfg: AsrkitConfig) -> Path:
+    """``<exp_dir>/sim/step_cost_b<batch>_f<frames>_<hash>.json``: one learner's batch caps,
+    and a hash of :func:`step_cost_settings`."""
+    from asrkit.sim.run import settings_digest
+
+    settings = step_cost_settings(cfg)
+    b, f = settings["learner.max_batch"], settings["learner.max_frames"]
+    return Path(cfg.exp_dir) / "sim" / f"step_cost_b{b}_f{f}_{settings_digest(settings)[:8]}.json"
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        return record
+    except (OSError, ValueError) as err:
+        raise DataError(
+            f"{path}: unreadable ({type(err).__name__}: {err}); remove it or pass --force to simulate again"
+        ) from None
+
+
+def _differences(theirs: dict[str, Any], ours: dict[str, Any], *, most: int = 3) -> str:
+    keys = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k, "(unset)") != ours.get(k, "(unset)")]
+    shown = ", ".join(
+        f"{k}: {theirs.get(k, '(unset)')} there, {ours.get(k, '(unset)')} here" for k in keys[:most]
+    )
+    return shown + (f" and {len(keys) - most} more" if len(keys) > most else "")
 
 
 def simulate_experiment(
@@ -36,13 +152,14 @@ def simulate_experiment(
     """Simulate ``cfg``'s training into ``out`` (default :func:`default_out`); returns the
     dir and whether it ran now (False: it had finished before and ``force`` is off).
 
-    The step cost comes from ``step_cost`` (default ``<exp_dir>/sim/step_cost_b<batch>_f<frames>.json``
-    for one learner's batch caps), measured and saved there when missing. ``sim.json`` is
+    The step cost comes from ``step_cost`` (default :func:`default_step_cost`), measured
+    and saved there when missing. ``sim.json`` is
     written last, so a run stopped half-way is simulated again from the start.
     """
     from asrkit.learner import prepare_learner
-    from asrkit.sim.calibrate import learner_batch_caps, load_or_measure
-    from asrkit.sim.run import simulate
+    from asrkit.sim.calibrate import load_or_measure
+    from asrkit.sim.run import settings_digest, simulate
+    from asrkit.training.stop import StopRequest
 
     exp_dir, data_root = Path(cfg.exp_dir), Path(cfg.data_root)
     if not (exp_dir / "tokenizer").is_dir():
@@ -50,27 +167,51 @@ def simulate_experiment(
             f"{exp_dir / 'tokenizer'} is missing: run the experiment's stages up to its tokenizer "
             "(and for CE its alignments) first, e.g. asrkit run --stop-stage 3 with the same overrides"
         )
+    settings = run_settings(cfg, network)
     out = out or default_out(cfg, network)
     if (out / "sim.json").is_file() and not force:
-        record = json.loads((out / "sim.json").read_text())
+        record = _read_record(out / "sim.json")
+        theirs = record.get("settings")
+        if record.get("settings_hash") != settings_digest(settings):
+            what = _differences(theirs, settings) if isinstance(theirs, dict) else "it records no settings"
+            raise ConfigError(
+                f"{out} holds a finished simulation with other settings ({what}); give another "
+                "--out to keep both, or --force to replace it"
+            )
         log.info("%s: finished before (%.1f virtual s); --force simulates again", out, record["virtual_s"])
         return out, False
-    caps = learner_batch_caps(cfg)
-    cost_file = step_cost or exp_dir / "sim" / f"step_cost_b{caps[0]}_f{caps[1]}.json"
+    cost_file = step_cost or default_step_cost(cfg)
     in_memory = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, in_memory=True, prefetch=0))
-    parts = prepare_learner(in_memory, data_root=data_root, exp_dir=exp_dir, log_it=True)
-    cost, measured = load_or_measure(cost_file, in_memory, parts)
-    log.info(
-        "step cost (%s %s): %.4f s + %.3g s per padded frame; forward without gradients %.2f of a step",
-        "measured now, saved as" if measured else "from",
-        cost_file,
-        cost.step_s,
-        cost.frame_s,
-        cost.eval_fraction,
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sim.json").unlink(missing_ok=True)
-    if not (out / "tokenizer").is_dir():
-        shutil.copytree(exp_dir / "tokenizer", out / "tokenizer")
-    simulate(in_memory, data_root=data_root, exp_dir=out, network=network, cost=cost, parts=parts)
+    # Ctrl-C and SIGTERM stop the measurement after its step and the simulation once each
+    # learner's computation in hand ends: one line, exit 3, no thread left computing.
+    stop = StopRequest()
+    installed = stop.install()
+    try:
+        parts = prepare_learner(in_memory, data_root=data_root, exp_dir=exp_dir, log_it=True)
+        cost, measured = load_or_measure(cost_file, in_memory, parts, stop=stop)
+        log.info(
+            "step cost (%s %s): %.4f s + %.3g s per padded frame; forward without gradients %.2f of a step",
+            "measured now, saved as" if measured else "from",
+            cost_file,
+            cost.step_s,
+            cost.frame_s,
+            cost.eval_fraction,
+        )
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sim.json").unlink(missing_ok=True)
+        if not (out / "tokenizer").is_dir():
+            shutil.copytree(exp_dir / "tokenizer", out / "tokenizer")
+        simulate(
+            in_memory,
+            data_root=data_root,
+            exp_dir=out,
+            network=network,
+            cost=cost,
+            parts=parts,
+            stop=stop,
+            settings=settings,
+        )
+    finally:
+        if installed:
+            stop.wind_down()
     return out, True

@@ -34,10 +34,13 @@ class Network:
     latency_us: float
 
     def __post_init__(self) -> None:
-        if self.bandwidth_gbps <= 0 or self.latency_us < 0:
+        # NaN compares false both ways: finiteness first, or nan would pass as free.
+        good_bandwidth = math.isfinite(self.bandwidth_gbps) and self.bandwidth_gbps > 0
+        good_latency = math.isfinite(self.latency_us) and self.latency_us >= 0
+        if not (good_bandwidth and good_latency):
             raise ValueError(
-                f"network {self.name}: bandwidth_gbps={self.bandwidth_gbps} must be positive and "
-                f"latency_us={self.latency_us} not negative"
+                f"network {self.name}: bandwidth_gbps={self.bandwidth_gbps} must be a positive number and "
+                f"latency_us={self.latency_us} a number not negative (finite)"
             )
 
     @property

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import time
@@ -31,14 +32,16 @@ from asrkit.config import AsrkitConfig
 from asrkit.data.io import atomic_write
 from asrkit.distributed.base import write_learner_metrics
 from asrkit.distributed.strategies import join
+from asrkit.errors import TrainingStopped
 from asrkit.learner import LearnerParts, build_trainer, prepare_learner, write_final_model
-from asrkit.sim.clock import Clock, Event
+from asrkit.sim.clock import Clock, Event, SimAborted
 from asrkit.sim.comm import SimWorld
 from asrkit.sim.network import Network
 from asrkit.training.allocator import SIM_MMAP_FLOOR, SIM_MMAP_THRESHOLD, map_large_blocks
+from asrkit.training.stop import StopRequest
 from asrkit.training.strategy import TrainState
 
-__all__ = ["StepCost", "SimResult", "simulate"]
+__all__ = ["StepCost", "SimResult", "settings_digest", "simulate"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,12 @@ class StepCost:
     def seconds(self, batch: int, length: int, *, training: bool) -> float:
         full = self.step_s + self.frame_s * batch * length
         return full if training else self.eval_fraction * full
+
+
+def settings_digest(settings: dict[str, Any]) -> str:
+    """A short hash of a run's settings (plain data)."""
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class _ComputeTime:
@@ -96,12 +105,18 @@ def simulate(
     network: Network,
     cost: StepCost,
     parts: LearnerParts | None = None,
+    stop: StopRequest | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> SimResult:
     """Train ``cfg.strategy.learners`` simulated learners; the main one writes ``model.pt``,
     ``train_summary.json`` (epoch times are virtual seconds), ``learners.json`` and
     ``sim.json`` in ``exp_dir``. ``parts``: the data and settings, when the caller has
     them already (several runs over one data set read it once; they must come from
-    :func:`~asrkit.learner.prepare_learner` with ``train.in_memory``)."""
+    :func:`~asrkit.learner.prepare_learner` with ``train.in_memory``). ``stop``: a signal
+    it records cancels the run once each learner's current computation ends, and
+    :class:`~asrkit.errors.TrainingStopped` is raised (a simulation is not resumed
+    half-way: the same command runs it again). ``settings``: saved in ``sim.json`` (what
+    a rerun compares, :func:`asrkit.sim.experiment.run_settings`)."""
     learners = cfg.strategy.learners
     train = dataclasses.replace(cfg.train, in_memory=True, prefetch=0, adapt_threads=False)
     cfg = dataclasses.replace(cfg, train=train)
@@ -141,7 +156,21 @@ def simulate(
     for rank in range(learners):
         clock.spawn(functools.partial(learner, rank), name=f"learner-{rank}")
     began = time.monotonic()
-    results = clock.run()
+
+    def stopped() -> BaseException | None:
+        if stop is None or not stop.requested:
+            return None
+        return SimAborted(f"stopped by {stop.name}")
+
+    try:
+        results = clock.run(stop=stopped)
+    except SimAborted:
+        if stop is None or not stop.requested:
+            raise
+        raise TrainingStopped(
+            f"stopped by {stop.name} during the simulation (a simulation is not resumed half-way); "
+            "rerun the same command to simulate it again from the start"
+        ) from None
     real_s = time.monotonic() - began
     state, summary, _ = results[0]
     result = SimResult(state, summary, max(r[2] for r in results), real_s, max(fits) - min(fits))
@@ -156,6 +185,9 @@ def simulate(
         "real_s": round(real_s, 3),
         "fit_real_s": round(result.fit_real_s, 3),
         "bytes_sent": world.bytes_sent,
+        **(
+            {"settings_hash": settings_digest(settings), "settings": settings} if settings is not None else {}
+        ),
     }
     atomic_write(exp_dir / "sim.json", json.dumps(record, indent=2) + "\n")
     log.info(

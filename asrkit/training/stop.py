@@ -51,6 +51,7 @@ class StopRequest:
         self._pid = os.getpid()
         self._stopped = threading.Event()  # set by restore(): no stacks to print
         self.stuck_after_s = STUCK_AFTER_S
+        self._wound_down = False  # wind_down() kept our handlers after a stop
 
     @property
     def requested(self) -> bool:
@@ -72,6 +73,14 @@ class StopRequest:
             return
         if now - self._when < SAME_STOP_S:
             return
+        if self._wound_down:  # training is over: the handler we replaced takes it
+            previous = self._previous.get(signum, signal.SIG_DFL)
+            self.restore()
+            if callable(previous):
+                previous(signum, frame)
+                return
+            if previous == signal.SIG_IGN:
+                return
         # A second request: stop now, as the signal would have without us.
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -101,7 +110,21 @@ class StopRequest:
         return True
 
     def restore(self) -> None:
+        """Put back the handlers :meth:`install` replaced."""
         self._stopped.set()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+    def wind_down(self) -> None:
+        """Training is over: :meth:`restore`, unless a stop was requested. Then our handlers
+        stay while the process winds up and exits with the stop's status, so the rest of a
+        signal burst (a process group's ``kill`` with torchrun passing it on, Slurm's
+        copies) is still the same request rather than a ``KeyboardInterrupt`` in the
+        middle of the exit. A signal after that window goes to the handler we replaced
+        (a notebook's Ctrl-C still interrupts), which is put back then."""
+        if self.requested:
+            self._stopped.set()
+            self._wound_down = True
+            return
+        self.restore()
