@@ -325,14 +325,14 @@ NOT_OUTPUT_SETTINGS = frozenset(
 HASHED_WHEN_CHANGED: dict[str, Any] = {"optim.fused": False}
 
 
-def settings_hash(cfg: AsrkitConfig, keys: Sequence[str]) -> tuple[str, dict]:
+def settings_hash(cfg: AsrkitConfig, keys: Sequence[str], *, exclude: Sequence[str] = ()) -> tuple[str, dict]:
     """A short hash of the top-level config ``keys`` (less :data:`NOT_OUTPUT_SETTINGS`,
-    and :data:`HASHED_WHEN_CHANGED` at their defaults), and the settings it covers, as
-    plain data."""
+    the dotted ``exclude`` and :data:`HASHED_WHEN_CHANGED` at their defaults), and the
+    settings it covers, as plain data."""
     plain = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     assert isinstance(plain, dict)
     chosen: dict[str, Any] = {key: plain[key] for key in sorted(set(keys))}
-    for dotted in NOT_OUTPUT_SETTINGS:
+    for dotted in (*NOT_OUTPUT_SETTINGS, *exclude):
         section, _, name = dotted.partition(".")
         if isinstance(chosen.get(section), dict):
             chosen[section].pop(name, None)

@@ -75,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except TrainingStopped as stopped:
+        from asrkit.training.stop import ignore_signals_at_exit
+
+        ignore_signals_at_exit()
         if not stopped.quiet:
             print(f"asrkit: {stopped}", file=sys.stderr)
         return STOPPED_EXIT

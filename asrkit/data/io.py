@@ -29,6 +29,9 @@ def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file private (0600); the file it becomes gets the mode an
+        # ordinary write would, so others sharing a feature or experiment dir can read it.
+        os.fchmod(fd, new_file_mode())
         encoding = None if "b" in mode else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding) as handle:
             yield handle
@@ -41,6 +44,28 @@ def atomic_writer(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         if is_disk_full(err):
             raise disk_full(path) from None
         raise
+
+
+def _umask() -> int:
+    try:  # Linux 4.7+: read it without changing it (os.umask would, for every thread)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode() -> int:
+    """The mode ``open(path, "w")`` would give a new file: 0666 less the umask."""
+    return 0o666 & ~_umask()
+
+
+def new_dir_mode() -> int:
+    """The mode ``os.mkdir`` would give a new directory: 0777 less the umask."""
+    return 0o777 & ~_umask()
 
 
 def is_disk_full(err: BaseException) -> bool:

@@ -31,6 +31,7 @@ non-self-loop part, ``self_loop_scale`` on self-loops and on the probability of 
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -53,7 +54,7 @@ import kaldi_hmm_gmm as khg
 import kaldifst
 import numpy as np
 
-from asrkit.data.io import atomic_write
+from asrkit.data.io import atomic_write, new_dir_mode
 from asrkit.errors import DataError
 from asrkit.gmm.lang import Lang, read_symbols
 from asrkit.gmm.model_io import KaldiModel
@@ -447,7 +448,11 @@ def write_graph_dir(
     graph_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{graph_dir.name}.", dir=graph_dir.parent))
     try:
-        hclg.write(str(tmp / "HCLG.fst"))
+        tmp.chmod(new_dir_mode())  # mkdtemp's is private (0700); the graph dir is shared
+        # OpenFst reports a failed write (a full disk, a file-size limit) only by returning
+        # False; a short file must not become the graph.
+        if not hclg.write(str(tmp / "HCLG.fst")):
+            raise OSError(errno.EIO, "the FST writer failed (a full disk or a file size limit?)", str(tmp))
         for name in ("words.txt", "phones.txt"):
             shutil.copyfile(lang.path / name, tmp / name)
         if (lang.path / "phones").is_dir():

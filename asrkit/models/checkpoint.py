@@ -10,36 +10,23 @@ best checkpoint's weights and its ``meta``.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from asrkit.data.io import disk_full, is_disk_full
+from asrkit.data.io import atomic_writer
 from asrkit.errors import DataError
 from asrkit.models.lstm import LSTMAcousticModel
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """``torch.save`` to a temporary file beside ``path``, then rename over it. The same
-    state gives the same bytes (saved through a file object, the archive's inner folder is
-    not named after the random temporary file), so checksums compare models."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(state, handle)
-        os.replace(tmp, path)
-    except BaseException as err:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if is_disk_full(err):
-            raise disk_full(path) from None
-        raise
+    """``torch.save`` through :func:`~asrkit.data.io.atomic_writer` (a temporary file beside
+    ``path``, synced, renamed over it). The same state gives the same bytes (saved through
+    a file object, the archive's inner folder is not named after the temporary file), so
+    checksums compare models."""
+    with atomic_writer(path, "wb") as handle:
+        torch.save(state, handle)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -144,4 +144,8 @@ def training_resume_key(cfg: AsrkitConfig) -> str:
     """The hash of the settings that shape training (the train stage's, through its
     needs): resume states saved under another key are not resumed from."""
     number = stage_number("train", pipeline=cfg.pipeline)
-    return settings_hash(cfg, stage_settings(number, pipeline=cfg.pipeline))[0]
+    # A schedule that does not depend on the total (constant, or annealed per epoch) lets a
+    # finished run go on to more epochs: its states stay resumable when train.epochs grows.
+    spans_all = cfg.schedule.anneal == "cosine"
+    exclude = () if spans_all else ("train.epochs",)
+    return settings_hash(cfg, stage_settings(number, pipeline=cfg.pipeline), exclude=exclude)[0]

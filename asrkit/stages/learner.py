@@ -22,6 +22,7 @@ from asrkit.distributed.launch import STOP_NOTE_ENV, context_from_env, launched_
 from asrkit.errors import STOPPED_EXIT, TrainingStopped, UserError
 from asrkit.learner import train_learner
 from asrkit.stages.common import training_resume_key
+from asrkit.training.stop import ignore_signals_at_exit
 
 
 def main(argv: list[str]) -> int:
@@ -41,6 +42,7 @@ def main(argv: list[str]) -> int:
         exp_dir, key = Path(cfg.exp_dir), training_resume_key(cfg)
         train_learner(cfg, data_root=Path(cfg.data_root), exp_dir=exp_dir, dctx=dctx, resume_key=key)
     except TrainingStopped as stopped:
+        ignore_signals_at_exit()
         if not stopped.quiet:
             note = os.environ.get(STOP_NOTE_ENV)
             if note:  # asrkit's launcher says it, once, after every learner has stopped

@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from asrkit.choices import resume_mode
 from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, settings_hash, to_object
 from asrkit.data.io import atomic_write
 from asrkit.distributed.launch import launched_rank
@@ -213,6 +217,8 @@ def _run_locked(
     command: Sequence[str],
     force: bool,
 ) -> None:
+    # Settings are accepted (or refused) before anything in the dir is rewritten.
+    previous = _guard_finished_training(ctx, typed, selected, pipeline=pipeline, force=force)
     atomic_write(ctx.exp_dir / "config.yaml", OmegaConf.to_yaml(cfg))
     atomic_write(ctx.exp_dir / "command", shlex.join(command) + "\n")
     handler = logging.FileHandler(_log_file(ctx.exp_dir), encoding="utf-8")
@@ -265,9 +271,134 @@ def _run_locked(
                     + "\n",
                 )
             log.info("stage %d (%s): done in %.1f s", current.number, current.name, seconds)
+        if previous is not None:  # the new run finished: the model it replaced goes
+            shutil.rmtree(previous, ignore_errors=True)
+            log.info("removed %s (the model this run replaced)", previous)
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
+
+
+#: Where ``--force`` keeps a finished experiment's model and scores while it trains anew.
+PREVIOUS_DIR = "previous"
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}{key}."))
+    return out
+
+
+def _guard_finished_training(
+    ctx: StageContext, typed: AsrkitConfig, selected: list[Stage], *, pipeline: str, force: bool
+) -> Path | None:
+    """A finished experiment (its training stage recorded, ``model.pt`` there) is never
+    overwritten by a run with other training settings: without ``force`` that is refused
+    in one line naming the differences; with it, the model, checkpoints and scores are
+    moved to ``previous/`` until the new run finishes (returned, to be removed then)."""
+    try:
+        number = stage_number("train", pipeline=pipeline)
+    except KeyError:
+        return None
+    if number not in {s.number for s in selected}:
+        return None
+    if resume_mode(typed.resume) == "true" and not force:
+        _check_resumable(ctx, typed)
+    train = PIPELINES[pipeline][number]
+    record, model = _record_path(ctx, train), ctx.exp_dir / "model.pt"
+    if not (record.is_file() and model.is_file()):
+        # A replacement that has not finished yet (a --force run stopped or failed): its
+        # previous model goes once this run finishes.
+        earlier = ctx.exp_dir / PREVIOUS_DIR
+        return earlier if earlier.is_dir() else None
+    digest, settings = settings_hash(typed, stage_settings(number, pipeline=pipeline))
+    if _finished(record, digest) and not force:
+        return None
+    if not force:
+        try:
+            theirs = _flat(json.loads(record.read_text()).get("settings", {}))
+        except (OSError, ValueError, AttributeError):
+            theirs = {}
+        ours = _flat(settings)
+        keys = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
+        if resume_mode(typed.resume) == "true" and _extendable(keys, theirs, ours, typed):
+            return None  # the trainer goes on from the finished run's last state
+        shown = ", ".join(
+            f"{k}: {theirs.get(k, '(unset)')} there, {ours.get(k, '(unset)')} here" for k in keys[:3]
+        )
+        shown = (shown or "not recorded") + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+        raise ConfigError(
+            f"{ctx.exp_dir} holds a finished model trained with other settings ({shown}); "
+            f"to keep both, give this run its own dir (name=NEW_NAME); to replace it, add --force (the "
+            f"finished model and scores are kept in {ctx.exp_dir / PREVIOUS_DIR} until the new run "
+            f"finishes){_extension_note(keys, theirs, ours, typed)}"
+        )
+    return _keep_previous(ctx, number)
+
+
+def _check_resumable(ctx: StageContext, typed: AsrkitConfig) -> None:
+    """``resume=true`` is refused here, before anything is rewritten, when the main
+    learner holds no resume state made with these settings (the trainer checks the rest)."""
+    from asrkit.stages.common import training_resume_key
+    from asrkit.training.resume import ResumeStore
+
+    store = ResumeStore(ctx.exp_dir / "checkpoints" / "resume", 0)
+    key = training_resume_key(typed)
+    found = store.states()
+    if not any(state.get("settings") == key for state in found.values()):
+        why = "its states were saved with other settings" if found else "it holds no resume state"
+        raise ConfigError(
+            f"resume=true but {store.directory} cannot be resumed from ({why}); "
+            "use resume=auto or resume=false to start over"
+        )
+
+
+def _more_epochs(keys: list[str], theirs: dict[str, Any], ours: dict[str, Any]) -> bool:
+    return keys == ["train.epochs"] and int(ours["train.epochs"]) > int(theirs.get("train.epochs") or 0)
+
+
+def _extendable(keys: list[str], theirs: dict[str, Any], ours: dict[str, Any], typed: AsrkitConfig) -> bool:
+    """Only ``train.epochs`` grew, under a schedule that does not depend on the total
+    (:func:`asrkit.stages.common.training_resume_key` leaves it out then)."""
+    return _more_epochs(keys, theirs, ours) and typed.schedule.anneal != "cosine"
+
+
+def _extension_note(
+    keys: list[str], theirs: dict[str, Any], ours: dict[str, Any], typed: AsrkitConfig
+) -> str:
+    if not _more_epochs(keys, theirs, ours):
+        return ""
+    if typed.schedule.anneal == "cosine":
+        return (
+            ". It cannot be extended to more epochs: its cosine schedule spans all of them, so "
+            "going on from the finished run would not give the model a longer run gives"
+        )
+    return (
+        ". To extend it to more epochs instead, add resume=true (its schedule does not depend on the total)"
+    )
+
+
+def _keep_previous(ctx: StageContext, train_number: int) -> Path:
+    """Move what training and the stages after it made into ``previous/``."""
+    keep = ctx.exp_dir / PREVIOUS_DIR
+    shutil.rmtree(keep, ignore_errors=True)
+    keep.mkdir(parents=True)
+    made = [
+        ctx.exp_dir / n
+        for n in ("model.pt", "train_summary.json", "learners.json", "checkpoints", "tensorboard")
+    ]
+    made += sorted(ctx.exp_dir.glob("decode_*"))
+    stages = ctx.exp_dir / ".stages"
+    made += [p for p in sorted(stages.glob("*.json")) if int(p.name.split("-", 1)[0]) >= train_number]
+    for path in made:
+        if path.exists():
+            target = keep / (f".stages-{path.name}" if path.parent == stages else path.name)
+            os.replace(path, target)
+    log.info("--force: the finished model and its scores are kept in %s until this run finishes", keep)
+    return keep
 
 
 def _log_file(exp_dir: Path) -> Path:

@@ -21,6 +21,7 @@ so the log says where it was.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -32,7 +33,14 @@ from typing import Any
 
 from asrkit.errors import STOPPED_EXIT, TrainingStopped
 
-__all__ = ["SAME_STOP_S", "SIGNALS", "STOPPED_EXIT", "StopRequest", "TrainingStopped"]
+__all__ = [
+    "SAME_STOP_S",
+    "SIGNALS",
+    "STOPPED_EXIT",
+    "StopRequest",
+    "TrainingStopped",
+    "ignore_signals_at_exit",
+]
 
 #: Seconds after a first signal in which another one is the same request, not a second one.
 SAME_STOP_S = 2.0
@@ -128,3 +136,18 @@ class StopRequest:
             self._wound_down = True
             return
         self.restore()
+
+
+def ignore_signals_at_exit() -> None:
+    """For a process leaving after a stop: once its threads are joined (``atexit`` runs
+    then), SIGINT and SIGTERM are ignored. Python's finalization sets every handler it
+    installed back to the default action, so the tail of a signal burst that arrived during
+    the teardown killed the process (status -2 or -15) after it had printed that it stopped
+    and saved; ignored ones it leaves alone."""
+
+    def ignore() -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+
+    atexit.register(ignore)

@@ -83,7 +83,8 @@ def test_importing_asrkit_gives_the_main_thread_an_alternate_signal_stack(tmp_pa
     code = "import asrkit.sigstack as s; print(s.installed())"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
     env["PYTHONPATH"] = str(REPO)
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    command = [sys.executable, "-c", code]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr
 
 

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from asrkit.config import compose, to_object
-from asrkit.errors import UserError
+from asrkit.errors import STOPPED_EXIT, UserError
 from asrkit.sim.network import NETWORKS
 from asrkit.sim.run import StepCost, simulate
 from tests.helpers import REPO, free_port, make_data_dir, run_cli
@@ -202,3 +205,91 @@ def test_the_agreement_benchmark_compares_dev_loss_curves_and_straggler_ratios(t
     )
     assert set(result["step_costs"]) == {"n2", "n2_held_out"}
     assert plot("sim_agreement", result, tmp_path / "plots") is not None
+
+
+def test_a_finished_simulation_answers_only_the_same_question(tmp_path: Path) -> None:
+    """Another bandwidth lands in another default dir; given the same --out it is refused
+    with the difference named; non-finite network numbers are refused."""
+    common = _prepare(tmp_path)
+    settings = [
+        *common,
+        f"exp_dir={tmp_path / 'prep'}",
+        "strategy=sync",
+        "strategy.learners=2",
+        "train.epochs=1",
+    ]
+    first = run_cli("simulate", *settings)
+    assert first.returncode == 0, first.stderr[-3000:]
+    other = run_cli("simulate", "--bandwidth-gbps", "1", *settings)
+    assert other.returncode == 0 and "finished before" not in other.stderr, other.stderr[-3000:]
+    runs = sorted((tmp_path / "prep" / "sim").glob("sync_n2_infiniband_seed1_*"))
+    assert len(runs) == 2, runs
+    bandwidths = {json.loads((r / "sim.json").read_text())["network"]["bandwidth_gbps"] for r in runs}
+    assert bandwidths == {1.0, 100.0}
+    out = ["--out", str(runs[0])]
+    theirs = json.loads((runs[0] / "sim.json").read_text())["network"]["bandwidth_gbps"]
+    again = run_cli("simulate", *out, "--bandwidth-gbps", str(theirs), *settings)
+    assert again.returncode == 0 and "finished before" in again.stderr, again.stderr[-3000:]
+    mismatch = run_cli("simulate", *out, "--bandwidth-gbps", "7", *settings)
+    assert mismatch.returncode == 2, mismatch.stderr[-3000:]
+    line = [ln for ln in mismatch.stderr.splitlines() if ln.startswith("asrkit: error:")]
+    assert len(line) == 1 and f"network.bandwidth_gbps: {theirs} there, 7.0 here" in line[0], line
+    assert "--force" in line[0] and "--out" in line[0]
+    lr = run_cli("simulate", *out, *settings, "optim.lr=0.5", "--bandwidth-gbps", str(theirs))
+    assert lr.returncode == 2 and "optim.lr" in lr.stderr, lr.stderr[-3000:]
+    for flag, value in (("--bandwidth-gbps", "nan"), ("--latency-us", "inf"), ("--bandwidth-gbps", "-1")):
+        bad = run_cli("simulate", flag, value, *settings)
+        assert bad.returncode == 2 and "finite" in bad.stderr, (flag, value, bad.stderr[-2000:])
+
+
+def test_a_step_cost_is_keyed_on_the_model(tmp_path: Path) -> None:
+    from asrkit.sim.experiment import default_step_cost
+
+    tiny = to_object(compose(["model=tiny", f"exp_dir={tmp_path}"]))
+    demo = to_object(compose(["model=demo", f"exp_dir={tmp_path}"]))
+    longer = to_object(compose(["model=tiny", f"exp_dir={tmp_path}", "train.epochs=99", "optim.lr=0.3"]))
+    assert default_step_cost(tiny) != default_step_cost(demo)
+    assert default_step_cost(tiny) == default_step_cost(longer)  # epochs and lr do not change a step
+
+
+@pytest.mark.parametrize("rounds", [1, pytest.param(8, marks=pytest.mark.slow)])
+def test_signals_stop_asrkit_simulate_in_one_line_and_it_runs_again(tmp_path: Path, rounds: int) -> None:
+    """SIGINT/SIGTERM bursts at random moments of a simulation (4 ADPSGD learners on
+    threads of one process): exit 3 and one line every time (before: ``terminate called
+    without an active exception``, exit 134), then the same command finishes."""
+    common = _prepare(tmp_path)
+    settings = [
+        *common,
+        f"exp_dir={tmp_path / 'prep'}",
+        "strategy=adpsgd",
+        "strategy.learners=4",
+        "train.epochs=30",
+    ]
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = [sys.executable, "-m", "asrkit", "simulate", "--out", str(out), *settings]
+    rng = random.Random(rounds)
+    for _ in range(rounds):
+        log = tmp_path / "stderr.txt"
+        with log.open("w") as sink:
+            proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=sink, text=True)
+            end = time.monotonic() + 300
+            while "step cost (" not in log.read_text():  # the simulation is about to start
+                assert proc.poll() is None and time.monotonic() < end, log.read_text()[-3000:]
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.2, 3.0))
+            first = rng.choice([signal.SIGINT, signal.SIGTERM])
+            for sig in [first] + [rng.choice([signal.SIGINT, signal.SIGTERM]) for _ in range(5)]:
+                if proc.poll() is None:
+                    proc.send_signal(sig)
+                time.sleep(0.03)
+            proc.wait(timeout=120)
+        err = log.read_text()
+        assert proc.returncode == STOPPED_EXIT, err[-3000:]
+        lines = [ln for ln in err.splitlines() if ln.startswith("asrkit:")]
+        assert len(lines) == 1 and f"stopped by {first.name}" in lines[0], err[-3000:]
+        assert "terminate called" not in err and "Traceback" not in err, err[-3000:]
+        assert not (out / "sim.json").exists()
+    short = [s if s != "train.epochs=30" else "train.epochs=2" for s in settings]
+    done = run_cli("simulate", "--out", str(out), *short)
+    assert done.returncode == 0 and (out / "sim.json").is_file(), done.stderr[-3000:]
