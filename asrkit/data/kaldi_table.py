@@ -144,7 +144,7 @@ def read_matrix_at(handle: IO[bytes], offset: int, *, where: str, utt: str | Non
         utt,
         TableReader.matrix,
         empty="nothing at this offset",
-        fix="the scp is stale or the archive was cut short; regenerate both (rerun the feature stage)",
+        fix="the scp is stale or the archive was cut short; regenerate both (feature stage, --force)",
     )
 
 

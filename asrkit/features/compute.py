@@ -198,6 +198,6 @@ def compute_features_for_dir(
     if len(num_frames) != len(data.utt_ids):
         raise DataError(
             f"{data_dir}: features written for {len(num_frames)} of {len(data.utt_ids)} "
-            "utterances; rerun the feature stage"
+            "utterances; rerun the feature stage with --force"
         )
     return num_frames

@@ -29,6 +29,39 @@ from asrkit.loader.sources import Indices, UtteranceReader, UtteranceSource
 log = logging.getLogger(__name__)
 
 
+#: The largest magnitude a feature value may have once normalised (or raw, with
+#: ``features.cmvn=none``): log-mel and MFCC values of real speech stay within a few
+#: hundred, normalised ones within a few tens. Random bytes written into an archive's
+#: float data give NaN, infinities or magnitudes up to 3.4e38 in most of their floats.
+FEATURE_LIMIT = 1.0e4
+
+#: What to do about a damaged feature archive: stage 2 alone says "already done".
+RERUN_FEATURES = (
+    "rerun the feature stage with --force (asrkit run --stage 2 --stop-stage 2 --force, same settings)"
+)
+
+
+def check_values(
+    feats: np.ndarray, source: StreamingSource, indices: Sequence[int], lengths: Sequence[int]
+) -> None:
+    """Raise a :class:`DataError` naming the utterance, its archive and the value when any
+    frame of ``feats`` ``(B, T, D)`` (utterance ``indices[k]``'s first ``lengths[k]``
+    rows in ``feats[k]``) is not finite or beyond :data:`FEATURE_LIMIT`. Two passes over a
+    block already in the cache (NaN makes ``min``/``max`` NaN, failing both tests)."""
+    if feats.size == 0 or (feats.min() >= -FEATURE_LIMIT and feats.max() <= FEATURE_LIMIT):
+        return
+    for k, (i, n) in enumerate(zip(indices, lengths, strict=True)):
+        rows = feats[k, : int(n)]
+        bad = np.flatnonzero(~(np.abs(rows) <= FEATURE_LIMIT))
+        if bad.size:
+            frame, dim = divmod(int(bad[0]), rows.shape[1])
+            raise DataError(
+                f"{source.scp}: utterance '{source.ids[int(i)]}' at {source.where(int(i))}: feature "
+                f"value {rows[frame, dim]:.6g} at frame {frame}, dim {dim} (|value| > {FEATURE_LIMIT:g} "
+                f"or not a number); the archive is damaged — {RERUN_FEATURES}"
+            )
+
+
 @dataclass
 class Packed:
     """Variable-length int sequences packed into one array: item ``i`` is
@@ -162,6 +195,7 @@ class ArchiveReader(UtteranceReader):
         src = self.source
         utt = src.ids[i]
         feats = src.normalize(self._checked(i), self._speaker_stats(i))
+        check_values(feats[None], src, [i], [feats.shape[0]])
         tokens = np.zeros(0, dtype=np.int64) if src.tokens is None else src.tokens[i].astype(np.int64)
         ali = None if src.ali is None else src.ali[i].astype(np.int64)
         return Utterance(utt, feats, tokens, src.text.get(utt, "") if src.text else "", ali)
@@ -181,6 +215,7 @@ class ArchiveReader(UtteranceReader):
         for k, n in enumerate(lengths.tolist()):
             if n < longest:
                 out[k, n:] = 0.0  # padding
+        check_values(out, src, idx.tolist(), lengths.tolist())
 
     def _read_floats(self, idx: np.ndarray, lengths: np.ndarray, feats: np.ndarray) -> bool:
         """Read and normalise every utterance of ``idx`` into its rows of ``feats``
@@ -230,7 +265,7 @@ class ArchiveReader(UtteranceReader):
                 f"{src.scp}: utterance '{src.ids[i]}' at {src.where(i)}: holds a "
                 f"{mat.shape[0]}x{mat.shape[1]} matrix, but utt2num_frames says "
                 f"{rows} frames and the set has {src.dim}-dim features; the data "
-                "dir is stale — rerun the feature stage"
+                f"dir is stale — {RERUN_FEATURES}"
             )
         return mat
 
@@ -259,7 +294,7 @@ class ArchiveReader(UtteranceReader):
             except OSError as err:
                 raise DataError(
                     f"{src.scp}: utterance '{src.ids[i]}': cannot open {path} "
-                    f"({err.strerror}); rerun the feature stage"
+                    f"({err.strerror}); {RERUN_FEATURES}"
                 ) from None
         return handle
 
@@ -271,7 +306,7 @@ class ArchiveReader(UtteranceReader):
 
 def unreadable(source: StreamingSource, i: int, err: DataError) -> DataError:
     return DataError(
-        f"{source.scp}: utterance '{source.ids[i]}': cannot read features ({err}); rerun the feature stage"
+        f"{source.scp}: utterance '{source.ids[i]}': cannot read features ({err}); {RERUN_FEATURES}"
     )
 
 

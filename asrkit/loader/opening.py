@@ -18,7 +18,7 @@ import numpy as np
 from asrkit.data.datadir import iter_kaldi_map, iter_utt2num_frames, read_kaldi_map
 from asrkit.errors import DataError
 from asrkit.features.cmvn import read_cmvn
-from asrkit.loader.archive import Packed, StreamingSource, feature_dim, matrix_rows
+from asrkit.loader.archive import RERUN_FEATURES, Packed, StreamingSource, feature_dim, matrix_rows
 from asrkit.loader.batch import CmvnNormalizer, Utterance
 from asrkit.targets.tokenizer import Tokenizer
 
@@ -81,7 +81,7 @@ def open_data_dir(
             offsets.append(0)
         ids.append(utt)
     if not ids:
-        raise DataError(f"{scp}: empty; rerun the feature stage (stage 2) for {data_dir}")
+        raise DataError(f"{scp}: empty; {RERUN_FEATURES} for {data_dir}")
     spk_number: dict[str, int] = {}
     spk_of = array.array("i")
     for spk in _joined(ids, data_dir / "utt2spk", "a speaker", _rows(data_dir / "utt2spk")):
@@ -175,7 +175,7 @@ def _check_arks(scp: Path, ids: list[str], arks: list[str], ark_of: np.ndarray, 
         except FileNotFoundError:
             raise DataError(
                 f"{scp}: utterance '{ids[first[a]]}': {path}: file not found; rerun "
-                "the feature stage (or fix the paths in feats.scp)"
+                f"the feature stage with --force (or fix the paths in feats.scp)"
             ) from None
         except OSError as err:
             raise DataError(
@@ -186,7 +186,7 @@ def _check_arks(scp: Path, ids: list[str], arks: list[str], ark_of: np.ndarray, 
             raise DataError(
                 f"{scp}: utterance '{ids[i]}': offset {offsets[i]} is past the end "
                 f"of {path} ({size} bytes); the archive was cut short or the scp is "
-                "stale — regenerate both (rerun the feature stage)"
+                f"stale — regenerate both: {RERUN_FEATURES}"
             )
 
 
@@ -204,7 +204,7 @@ def _speaker_stats(data_dir: Path, normalize: CmvnNormalizer, speakers: list[str
     if missing:
         raise DataError(
             f"{cmvn_scp}: no stats for speaker '{missing[0]}' ({len(missing)} "
-            "speaker(s) missing); rerun the feature stage"
+            f"speaker(s) missing); {RERUN_FEATURES}"
         )
     return {spk: read_cmvn(entries[spk]) for spk in speakers}
 
