@@ -369,7 +369,7 @@ def _(w: Work):
     ark, offset = entry.rsplit(":", 1)
     with open(ark, "r+b") as handle:
         handle.truncate(int(offset) + 20)
-    return w.stage(4, own_process=True), [str(scp), f"'{last}'", "truncated", "rerun the feature stage"]
+    return w.stage(4, own_process=True), [str(scp), f"'{last}'", "truncated", "feature stage with --force"]
 
 
 @case("features-matrix-corrupt-while-streaming")
@@ -390,6 +390,33 @@ def _(w: Work):
         "ZZ",
         "rerun the feature stage",
     ]
+
+
+def _garble_values(w: Work, name: str) -> tuple[Path, str, str]:
+    """100 random bytes over utterance 1's float data (as a disk or a copy can garble an
+    archive): every header intact, the values NaN, infinite or up to 3.4e38."""
+    w.trained(model=False)
+    scp = w.data / name / "feats.scp"
+    utt, entry = list(read_kaldi_map(scp).items())[1]
+    ark, offset = entry.rsplit(":", 1)
+    garbage = np.random.default_rng(3).integers(0, 256, 100, dtype=np.uint8).tobytes()
+    garbage = b"\xff\xff\xff\x7f" + garbage[4:]  # at least one NaN, whatever the seed
+    with open(ark, "r+b") as handle:
+        handle.seek(int(offset) + 15 + 4 * 23 * 2)  # past the header, into frame 2
+        handle.write(garbage)
+    return scp, utt, f"{ark}:{offset}"
+
+
+@case("features-values-garbled")
+def _(w: Work):
+    scp, utt, where = _garble_values(w, "train")
+    return w.stage(4, own_process=True), [str(scp), f"'{utt}'", where, "feature value", "--force"]
+
+
+@case("validate-data-features-values-garbled")
+def _(w: Work):
+    scp, utt, where = _garble_values(w, "train_dev")
+    return Run(["validate-data", str(w.data / "train_dev")]), [str(scp), f"'{utt}'", where, "feature value"]
 
 
 @case("features-scp-offset-past-ark-end")
