@@ -148,13 +148,15 @@ def simulate_experiment(
     out: Path | None = None,
     step_cost: Path | None = None,
     force: bool = False,
+    signals: bool = True,
 ) -> tuple[Path, bool]:
     """Simulate ``cfg``'s training into ``out`` (default :func:`default_out`); returns the
     dir and whether it ran now (False: it had finished before and ``force`` is off).
 
     The step cost comes from ``step_cost`` (default :func:`default_step_cost`), measured
     and saved there when missing. ``sim.json`` is
-    written last, so a run stopped half-way is simulated again from the start.
+    written last, so a run stopped half-way is simulated again from the start. ``signals``:
+    take SIGINT and SIGTERM here (off in a process whose parent handles them).
     """
     from asrkit.learner import prepare_learner
     from asrkit.sim.calibrate import load_or_measure
@@ -185,7 +187,7 @@ def simulate_experiment(
     # Ctrl-C and SIGTERM stop the measurement after its step and the simulation once each
     # learner's computation in hand ends: one line, exit 3, no thread left computing.
     stop = StopRequest()
-    installed = stop.install()
+    installed = signals and stop.install()
     try:
         parts = prepare_learner(in_memory, data_root=data_root, exp_dir=exp_dir, log_it=True)
         cost, measured = load_or_measure(cost_file, in_memory, parts, stop=stop)

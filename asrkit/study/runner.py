@@ -1,6 +1,7 @@
 """Run a study's plan: every run not finished yet, each into ``<out>/runs/<name>/``
-(resumable: a run counts as finished once its ``sim.json`` exists, so a stopped study goes
-on where it stopped when started again).
+(resumable: a run counts as finished once its records are whole and its ``run.json``, written
+last, agrees with the plan — :mod:`asrkit.study.records` — so a stopped study goes on where
+it stopped when started again, and a damaged run is done again).
 
 Every run computes on one thread: the simulator computes one learner at a time, at a
 learner's small share of the batch, where a second thread adds little (``asrkit bench
@@ -27,12 +28,13 @@ import torch
 
 from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, compose, to_object
 from asrkit.data.io import atomic_write
-from asrkit.errors import ConfigError, UserError
+from asrkit.errors import ConfigError, DataError, UserError
 from asrkit.learner import prepare_learner
 from asrkit.sim.calibrate import learner_batch_caps, load_or_measure
 from asrkit.sim.experiment import simulate_experiment
 from asrkit.sim.network import Network
 from asrkit.study.plan import StudyPlan, StudyRun
+from asrkit.study.records import expected_record, read_record, run_state
 
 __all__ = ["run_study"]
 
@@ -56,12 +58,32 @@ def run_study(
     settings = json.loads(
         json.dumps({"plan": dataclasses.asdict(plan), "network": dataclasses.asdict(network)})
     )
-    if (out / "plan.json").is_file():
-        _check_same_settings(out, settings)
+    before = read_record(out / "plan.json") if (out / "plan.json").exists() else None
+    if before is not None:
+        _check_same_settings(out, before, settings)
+    # Every run's own record is compared with what this plan asks of it (plan.json may be
+    # gone, or older): nothing is written before they all agree.
+    pending = []
+    for run in runs:
+        state, why = run_state(out / "runs" / run.name, _expected(plan, run, config_dir))
+        if state == "other":
+            raise ConfigError(
+                f"{out / 'runs' / run.name / 'run.json'}: a finished run made with other settings "
+                f"({why}); continue the study with the plan it was made with, or give another --out"
+            )
+        if state == "unfinished":
+            if why:
+                log.warning("study: %s; %s is done again", why, run.name)
+            pending.append(run)
     out.mkdir(parents=True, exist_ok=True)
     listing = [{"name": r.name, **dataclasses.asdict(r), "overrides": plan.overrides(r)} for r in runs]
-    atomic_write(out / "plan.json", json.dumps({**settings, "runs": listing}, indent=2))
-    pending = [r for r in runs if not (out / "runs" / r.name / "sim.json").is_file()]
+    if before is not None:  # a plan that chooses other runs adds them; the study's stay listed
+        names = {r["name"] for r in listing}
+        listing = [r for r in before.get("runs", []) if r.get("name") not in names] + listing
+        settings = {**settings, "plan": before.get("plan", settings["plan"])}
+    record = json.dumps({**settings, "runs": listing}, indent=2)
+    if before is None or json.loads(record) != before:
+        atomic_write(out / "plan.json", record)
     counts = {"finished_before": len(runs) - len(pending), "run_now": 0, "left": len(pending)}
     log.info(
         "study %s: %d runs, %d finished before, %d to run",
@@ -98,17 +120,23 @@ def _sitting(out: Path, jobs: int, counts: dict[str, int]) -> Iterator[None]:
     try:
         yield
     finally:
-        path = out / "sittings.json"
-        sittings = json.loads(path.read_text()) if path.is_file() else []
-        sittings.append(
-            {
-                "started": started,
-                "seconds": round(time.monotonic() - began, 1),
-                "jobs": jobs,
-                "runs_finished": counts["run_now"],
-            }
-        )
-        atomic_write(path, json.dumps(sittings, indent=2) + "\n")
+        if counts["run_now"]:  # a sitting that finished nothing (failed, refused) leaves no trace
+            _add_sitting(
+                out,
+                {
+                    "started": started,
+                    "seconds": round(time.monotonic() - began, 1),
+                    "jobs": jobs,
+                    "runs_finished": counts["run_now"],
+                },
+            )
+
+
+def _add_sitting(out: Path, sitting: dict) -> None:
+    path = out / "sittings.json"
+    sittings = read_record(path) if path.is_file() else []
+    sittings.append(sitting)
+    atomic_write(path, json.dumps(sittings, indent=2) + "\n")
 
 
 #: The plan's settings that change what a run computes; the others (the axes, the seeds,
@@ -117,10 +145,11 @@ def _sitting(out: Path, jobs: int, counts: dict[str, int]) -> Iterator[None]:
 _OUTCOME = ("models", "base_batch", "epochs", "hybrid_group", "common", "warmup_samples")
 
 
-def _check_same_settings(out: Path, settings: dict) -> None:
+def _check_same_settings(out: Path, before: dict, settings: dict) -> None:
     """A study dir continues only with the settings its finished runs were made with (a
     setting its plan.json lacks, from an older asrkit, counts as the default)."""
-    before = json.loads((out / "plan.json").read_text())
+    if not isinstance(before, dict):
+        raise DataError(f"{out / 'plan.json'}: damaged (not a JSON object)")
     known = {f.name: f.default for f in dataclasses.fields(StudyPlan) if f.default is not dataclasses.MISSING}
     defaults = json.loads(json.dumps(known))
     plan_before = {**defaults, **before.get("plan", {})}
@@ -207,7 +236,8 @@ def _start_job(level: int) -> None:
 
 def _job(task: tuple[StudyPlan, StudyRun, Path, Network, str]) -> str:
     plan, run, out, network, config_dir = task
-    _run_one(plan, run, out, network=network, config_dir=config_dir)
+    # Ctrl-C is the parent's (it stops the jobs): the simulation takes no signals here.
+    _run_one(plan, run, out, network=network, config_dir=config_dir, signals=False)
     return run.name
 
 
@@ -237,18 +267,26 @@ def _step_cost(plan: StudyPlan, run: StudyRun, out: Path, *, config_dir: str | P
     log.info("study: step cost of %s measured: %s", path.name, cost)
 
 
-def _run_one(plan: StudyPlan, run: StudyRun, out: Path, *, network: Network, config_dir: str | Path) -> None:
+def _expected(plan: StudyPlan, run: StudyRun, config_dir: str | Path) -> dict:
+    _, overrides, lr = _run_config(plan, run, config_dir)
+    return expected_record(run, overrides, lr)
+
+
+def _run_one(
+    plan: StudyPlan,
+    run: StudyRun,
+    out: Path,
+    *,
+    network: Network,
+    config_dir: str | Path,
+    signals: bool = True,
+) -> None:
     cfg, overrides, lr = _run_config(plan, run, config_dir)
     cost = _cost_file(run, out, cfg)
     dest = out / "runs" / run.name
     log.info("study: %s (%s)", run.name, " ".join(overrides))
-    dest.mkdir(parents=True, exist_ok=True)
-    record = {
-        **dataclasses.asdict(run),
-        "name": run.name,
-        "overrides": overrides,
-        "lr": lr,
-        "step_cost": str(cost),
-    }
+    (dest / "run.json").unlink(missing_ok=True)  # the run counts as finished once it is back
+    simulate_experiment(cfg, network=network, out=dest, step_cost=cost, force=True, signals=signals)
+    # Written last, with the step cost's path relative to the study (the dir moves).
+    record = {**expected_record(run, overrides, lr), "step_cost": str(cost.relative_to(out))}
     atomic_write(dest / "run.json", json.dumps(record, indent=2) + "\n")
-    simulate_experiment(cfg, network=network, out=dest, step_cost=cost, force=True)

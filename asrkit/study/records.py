@@ -1,0 +1,66 @@
+"""A study's records on disk, read with checks: a damaged file is one line naming it, and
+a run counts as finished only when its records are whole and were made by the plan's
+settings for that run.
+
+A run's dir holds ``run.json`` (what the plan asked: its overrides and learning rate),
+``sim.json``, ``train_summary.json`` and ``learners.json`` (what the simulation wrote).
+``run.json`` is written last, once the simulation has finished.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from asrkit.errors import DataError
+
+__all__ = ["RUN_FILES", "expected_record", "read_record", "run_state"]
+
+#: The files a finished run has (``learners.json`` is optional: a single learner has none).
+RUN_FILES = ("run.json", "sim.json", "train_summary.json")
+#: What ``run.json`` must agree on with the plan for the run to count as the plan's.
+_COMPARED = ("overrides", "lr")
+
+
+def read_record(path: Path) -> Any:
+    """The JSON in ``path``; a missing or damaged file raises a one-line DataError naming it."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise DataError(f"{path}: damaged ({type(err).__name__}: {err})") from None
+
+
+def expected_record(run: Any, overrides: list[str], lr: float) -> dict[str, Any]:
+    """The ``run.json`` the plan's run makes (plain JSON data)."""
+    from dataclasses import asdict
+
+    record = {**asdict(run), "name": run.name, "overrides": list(overrides), "lr": lr}
+    return json.loads(json.dumps(record))
+
+
+def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
+    """``("finished", "")``, ``("unfinished", why)`` (absent or damaged records: run it
+    again) or ``("other", what differs)`` (a finished run made with other settings)."""
+    if not (where / "run.json").is_file():
+        return "unfinished", "" if not where.exists() else f"{where / 'run.json'}: missing"
+    try:
+        records = {name: read_record(where / name) for name in RUN_FILES}
+        if (
+            not isinstance(records["train_summary.json"], dict)
+            or "history" not in records["train_summary.json"]
+        ):
+            raise DataError(f"{where / 'train_summary.json'}: damaged (no history)")
+    except DataError as err:
+        return "unfinished", str(err)
+    theirs = records["run.json"]
+    differs = [k for k in _COMPARED if not isinstance(theirs, dict) or theirs.get(k) != expected.get(k)]
+    if differs:
+        shown = "; ".join(
+            f"{k}: {theirs.get(k) if isinstance(theirs, dict) else '?'} there, {expected.get(k)} here"
+            for k in differs
+        )
+        return "other", shown
+    return "finished", ""
