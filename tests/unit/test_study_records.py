@@ -1,0 +1,99 @@
+"""A study's records read with checks (seen in the field: a truncated record gave a
+25-line traceback naming no file and the run still counted as finished; with plan.json
+deleted, 1-epoch runs were mixed into a 2-epoch study without a word; a refused run
+appended a sitting)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from asrkit.errors import ConfigError, DataError
+from asrkit.sim.network import NETWORKS
+from asrkit.study.plan import StudyPlan
+from asrkit.study.records import read_record, run_state
+from asrkit.study.report import write_report
+from asrkit.study.runner import _expected, run_study
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def _plan(epochs: int = 2) -> StudyPlan:
+    return StudyPlan(
+        models={"m": ("model=tiny",)},
+        learners=(4,),
+        batches=(8,),
+        base_batch=8,
+        headline_seeds=(1,),
+        hybrid_group=2,
+        epochs=epochs,
+    )
+
+
+def _finish(out: Path, plan: StudyPlan) -> list[str]:
+    """Records of every run of ``plan`` as a finished simulation leaves them."""
+    names = []
+    for run in plan.runs():
+        where = out / "runs" / run.name
+        where.mkdir(parents=True)
+        history = [{"epoch": 1, "loss": 2.0, "seconds": 1.0, "wer": 50.0}]
+        (where / "train_summary.json").write_text(json.dumps({"history": history}))
+        (where / "sim.json").write_text(json.dumps({"virtual_s": 1.0, "learners": 4}))
+        (where / "run.json").write_text(json.dumps(_expected(plan, run, CONF)))
+        names.append(run.name)
+    return names
+
+
+def test_a_damaged_record_is_one_line_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "sim.json"
+    path.write_text('{"virtual_s": 1.0, "lear')
+    with pytest.raises(DataError) as err:
+        read_record(path)
+    assert str(path) in str(err.value) and "damaged" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_finished_runs_are_whole_and_the_plans_own(tmp_path: Path) -> None:
+    plan = _plan()
+    names = _finish(tmp_path, plan)
+    run = plan.runs()[0]
+    where = tmp_path / "runs" / names[0]
+    expected = _expected(plan, run, CONF)
+    assert run_state(where, expected) == ("finished", "")
+    summary = (where / "train_summary.json").read_text()
+    (where / "train_summary.json").write_text(summary[: len(summary) // 2])
+    state, why = run_state(where, expected)
+    assert state == "unfinished" and str(where / "train_summary.json") in why
+    (where / "train_summary.json").write_text(summary)
+    other = _expected(_plan(epochs=1), run, CONF)
+    state, why = run_state(where, other)
+    assert state == "other" and "train.epochs=2" in why and "train.epochs=1" in why
+
+
+def test_a_study_without_its_plan_json_refuses_runs_of_other_settings_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    _finish(tmp_path, _plan(epochs=1))
+    with pytest.raises(ConfigError) as err:
+        run_study(_plan(epochs=2), tmp_path, network=NETWORKS["infiniband"], config_dir=CONF)
+    assert "run.json" in str(err.value) and "other settings" in str(err.value)
+    assert not (tmp_path / "plan.json").exists() and not (tmp_path / "sittings.json").exists()
+
+
+def test_a_finished_study_runs_nothing_and_its_report_names_what_is_missing(tmp_path: Path) -> None:
+    plan = _plan()
+    names = _finish(tmp_path, plan)
+    counts = run_study(plan, tmp_path, network=NETWORKS["infiniband"], config_dir=CONF)
+    assert counts == {"finished_before": len(names), "run_now": 0, "left": 0}
+    before = (tmp_path / "plan.json").read_text()
+    run_study(plan, tmp_path, network=NETWORKS["infiniband"], config_dir=CONF)
+    assert (tmp_path / "plan.json").read_text() == before and not (tmp_path / "sittings.json").exists()
+    (tmp_path / "runs" / names[0] / "sim.json").write_text("{")
+    report = write_report(tmp_path, tmp_path / "docs").read_text()
+    assert f"{len(names) - 1} of {len(names)} planned runs finished" in report
+    assert f"Not finished: {names[0]}." in report
+    (tmp_path / "plan.json").write_text("[1, 2")
+    with pytest.raises(DataError) as err:
+        run_study(plan, tmp_path, network=NETWORKS["infiniband"], config_dir=CONF)
+    assert str(tmp_path / "plan.json") in str(err.value)
