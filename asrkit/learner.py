@@ -68,7 +68,7 @@ def train_learner(
     """Train as learner ``dctx.rank``; the main learner writes the outputs. SIGINT and
     SIGTERM from here on stop training after a step, with a resume state saved
     (:mod:`asrkit.training.stop`). ``resume_key``: the hash of the settings that shape
-    training (:func:`asrkit.stages.common.training_resume_key`); resume states saved under
+    training (:func:`asrkit.stages.registry.training_resume_key`); resume states saved under
     another are not resumed from."""
     stop = StopRequest()
     installed = stop.install()

@@ -17,7 +17,7 @@ from asrkit.config import compose, to_object
 from asrkit.device import pick_device
 from asrkit.distributed.launch import context_from_env
 from asrkit.learner import train_learner
-from asrkit.stages.common import training_resume_key
+from asrkit.stages.registry import training_resume_key
 
 
 def main(argv: list[str]) -> int:

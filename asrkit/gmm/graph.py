@@ -31,7 +31,6 @@ non-self-loop part, ``self_loop_scale`` on self-loops and on the probability of 
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
 import os
@@ -55,7 +54,7 @@ import kaldifst
 import numpy as np
 
 from asrkit.data.io import atomic_write, new_dir_mode
-from asrkit.errors import DataError
+from asrkit.errors import DataError, UserError
 from asrkit.gmm.lang import Lang, read_symbols
 from asrkit.gmm.model_io import KaldiModel
 from asrkit.gmm.tree import Tree
@@ -452,7 +451,10 @@ def write_graph_dir(
         # OpenFst reports a failed write (a full disk, a file-size limit) only by returning
         # False; a short file must not become the graph.
         if not hclg.write(str(tmp / "HCLG.fst")):
-            raise OSError(errno.EIO, "the FST writer failed (a full disk or a file size limit?)", str(tmp))
+            raise UserError(
+                f"{graph_dir / 'HCLG.fst'}: writing the graph failed (a full disk, a size limit "
+                "or permissions?); nothing was replaced: free space or raise the limit, then rerun the stage"
+            )
         for name in ("words.txt", "phones.txt"):
             shutil.copyfile(lang.path / name, tmp / name)
         if (lang.path / "phones").is_dir():

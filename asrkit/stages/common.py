@@ -12,13 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from asrkit.config import AsrkitConfig, settings_hash
 from asrkit.data.io import atomic_write
 from asrkit.decoding.recognizer import Recognizer, check_exp_dir
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError, DataError
 from asrkit.scoring import score_texts
-from asrkit.stages.registry import StageContext, stage_number, stage_settings
+from asrkit.stages.registry import StageContext
 
 log = logging.getLogger(__name__)
 
@@ -138,14 +137,3 @@ def report(name: str, method: str, line: str | None, out_dir: Path) -> None:
     else:
         log.info("%s (%s): %s (%s)", name, method, line, out_dir / "scoring" / "wer")
         print(f"{name}: {line}" if method == "greedy" else f"{name} ({method}): {line}", flush=True)
-
-
-def training_resume_key(cfg: AsrkitConfig) -> str:
-    """The hash of the settings that shape training (the train stage's, through its
-    needs): resume states saved under another key are not resumed from."""
-    number = stage_number("train", pipeline=cfg.pipeline)
-    # A schedule that does not depend on the total (constant, or annealed per epoch) lets a
-    # finished run go on to more epochs: its states stay resumable when train.epochs grows.
-    spans_all = cfg.schedule.anneal == "cosine"
-    exclude = () if spans_all else ("train.epochs",)
-    return settings_hash(cfg, stage_settings(number, pipeline=cfg.pipeline), exclude=exclude)[0]

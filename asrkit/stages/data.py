@@ -57,6 +57,7 @@ def download(ctx: StageContext) -> None:
     shared=True,
     pipelines=("ctc", "hybrid"),
     outputs=lambda ctx: [ctx.data_root / s / "text" for s in ctx.cfg.data.all_sets],
+    inputs=lambda ctx: imported_files(ctx.cfg.data.import_dirs),
 )
 def prepare(ctx: StageContext) -> None:
     if imported(ctx.cfg.data.import_dirs):
@@ -153,6 +154,19 @@ def drop_feature_files(data_dir: Path) -> None:
 def imported(dirs: dict[str, str]) -> dict[str, str]:
     """The sets of ``data.import_dirs`` that name a directory (empty entries are unset)."""
     return {name: path for name, path in dirs.items() if path}
+
+
+def imported_files(dirs: dict[str, str]) -> list[Path]:
+    """The files at the top of the imported dirs (what :func:`import_data_dirs` copies
+    from), whose content the data stage's record covers."""
+    files: list[Path] = []
+    for path in imported(dirs).values():
+        root = Path(path)
+        if root.is_dir():
+            files += [f for f in sorted(root.iterdir()) if f.is_file()]
+        else:
+            files.append(root)  # missing: counted as such, and the stage names it
+    return files
 
 
 def import_data_dirs(dirs: dict[str, str], sets: list[str], data_root: Path) -> None:

@@ -270,7 +270,10 @@ def _gmm_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     needs=(3, 4),
     pipelines=("hybrid",),
     on_skip=lambda ctx: _show(_gmm_folders(ctx)),
-    outputs=lambda ctx: [folder / "hyp" for _, folder, _ in _gmm_folders(ctx)],
+    outputs=lambda ctx: [
+        *(folder / "hyp" for _, folder, _ in _gmm_folders(ctx)),
+        *(gmm_dir(ctx) / name / "graph" / "HCLG.fst" for name in system_names(ctx)),
+    ],
 )
 def gmm_decode(ctx: StageContext) -> None:
     from asrkit.gmm.feats import GmmFeatures

@@ -21,7 +21,7 @@ from asrkit.device import pick_device
 from asrkit.distributed.launch import STOP_NOTE_ENV, context_from_env, launched_rank
 from asrkit.errors import STOPPED_EXIT, TrainingStopped, UserError
 from asrkit.learner import train_learner
-from asrkit.stages.common import training_resume_key
+from asrkit.stages.registry import training_resume_key
 from asrkit.training.stop import ignore_signals_at_exit
 
 

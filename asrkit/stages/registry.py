@@ -16,6 +16,7 @@ decoded through HCLG). The corpus stages 0-3 are the same in both.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -60,7 +61,9 @@ class Stage:
     (``data_root``, features) rather than the experiment dir; ``record``: keep a completion
     record (off for a stage that checks its own outputs every time, as the download does);
     ``on_skip``: called instead of ``run`` when the stage is skipped (e.g. to show results);
-    ``outputs``: the files a finished run leaves (one missing: the stage runs again)."""
+    ``outputs``: the files a finished run leaves (one missing: the stage runs again);
+    ``inputs``: files outside asrkit's own outputs that the stage reads (imported data
+    dirs): their content is part of its record, so a fixed one runs it again."""
 
     number: int
     name: str
@@ -72,6 +75,7 @@ class Stage:
     record: bool = True
     on_skip: Callable[[StageContext], None] | None = None
     outputs: Callable[[StageContext], list[Path]] | None = None
+    inputs: Callable[[StageContext], list[Path]] | None = None
 
 
 #: pipeline name -> stage number -> stage.
@@ -91,6 +95,7 @@ def stage(
     record: bool = True,
     on_skip: Callable[[StageContext], None] | None = None,
     outputs: Callable[[StageContext], list[Path]] | None = None,
+    inputs: Callable[[StageContext], list[Path]] | None = None,
     pipelines: Sequence[str] = ("ctc",),
 ) -> Callable:
     """Register ``func(ctx)`` as recipe stage ``number`` of each of ``pipelines`` (see
@@ -104,7 +109,17 @@ def stage(
                     f"{pipeline} stage {number} registered twice ({table[number].name}, {name})"
                 )
             table[number] = Stage(
-                number, name, description, func, tuple(uses), tuple(needs), shared, record, on_skip, outputs
+                number,
+                name,
+                description,
+                func,
+                tuple(uses),
+                tuple(needs),
+                shared,
+                record,
+                on_skip,
+                outputs,
+                inputs,
             )
         return func
 
@@ -129,6 +144,20 @@ def stage_settings(number: int, *, pipeline: str = "ctc") -> list[str]:
 def _record_path(ctx: StageContext, current: Stage) -> Path:
     root = ctx.data_root if current.shared else ctx.exp_dir
     return root / ".stages" / f"{current.number}-{current.name}.json"
+
+
+def _with_inputs(digest: str, paths: list[Path]) -> str:
+    """``digest`` combined with the content of ``paths`` (a missing one counts as such)."""
+    sha = hashlib.sha256(digest.encode())
+    for path in sorted(paths):
+        sha.update(str(path).encode() + b"\0")
+        try:
+            with path.open("rb") as handle:
+                for block in iter(lambda handle=handle: handle.read(1 << 20), b""):
+                    sha.update(block)
+        except OSError:
+            sha.update(b"\0missing")
+    return sha.hexdigest()[:16]
 
 
 def _finished(record: Path, digest: str) -> bool:
@@ -229,6 +258,8 @@ def _run_locked(
         log.info("experiment dir: %s (config saved as config.yaml)", ctx.exp_dir)
         for current in selected:
             digest, settings = settings_hash(typed, stage_settings(current.number, pipeline=pipeline))
+            if current.inputs is not None:
+                digest = _with_inputs(digest, current.inputs(ctx))
             record = _record_path(ctx, current)
             gone = [p for p in (current.outputs(ctx) if current.outputs else []) if not p.exists()]
             if gone and _finished(record, digest):
@@ -339,10 +370,20 @@ def _guard_finished_training(
     return _keep_previous(ctx, number)
 
 
+def training_resume_key(cfg: AsrkitConfig) -> str:
+    """The hash of the settings that shape training (the train stage's, through its
+    needs): resume states saved under another key are not resumed from."""
+    number = stage_number("train", pipeline=cfg.pipeline)
+    # A schedule that does not depend on the total (constant, or annealed per epoch) lets a
+    # finished run go on to more epochs: its states stay resumable when train.epochs grows.
+    spans_all = cfg.schedule.anneal == "cosine"
+    exclude = () if spans_all else ("train.epochs",)
+    return settings_hash(cfg, stage_settings(number, pipeline=cfg.pipeline), exclude=exclude)[0]
+
+
 def _check_resumable(ctx: StageContext, typed: AsrkitConfig) -> None:
     """``resume=true`` is refused here, before anything is rewritten, when the main
     learner holds no resume state made with these settings (the trainer checks the rest)."""
-    from asrkit.stages.common import training_resume_key
     from asrkit.training.resume import ResumeStore
 
     store = ResumeStore(ctx.exp_dir / "checkpoints" / "resume", 0)
@@ -362,7 +403,7 @@ def _more_epochs(keys: list[str], theirs: dict[str, Any], ours: dict[str, Any]) 
 
 def _extendable(keys: list[str], theirs: dict[str, Any], ours: dict[str, Any], typed: AsrkitConfig) -> bool:
     """Only ``train.epochs`` grew, under a schedule that does not depend on the total
-    (:func:`asrkit.stages.common.training_resume_key` leaves it out then)."""
+    (:func:`asrkit.stages.registry.training_resume_key` leaves it out then)."""
     return _more_epochs(keys, theirs, ours) and typed.schedule.anneal != "cosine"
 
 

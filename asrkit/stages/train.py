@@ -15,8 +15,7 @@ import time
 from asrkit.device import pick_device
 from asrkit.distributed.launch import context_from_env, launch_learners, under_torchrun
 from asrkit.learner import adopt_alignment_tokenizer, alignment_source, train_learner
-from asrkit.stages.common import training_resume_key
-from asrkit.stages.registry import StageContext, stage
+from asrkit.stages.registry import StageContext, stage, training_resume_key
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +43,15 @@ from asrkit.gmm.train import train_mono
 from asrkit.gmm.tree import read_tree
 from asrkit.targets.alignments import read_alignments
 from asrkit.targets.phones import read_pronunciations
-from tests.helpers import SHARED_AN4, assert_one_line_error, free_port, make_an4_subset, run_cli, run_main
+from tests.helpers import (
+    REPO,
+    SHARED_AN4,
+    assert_one_line_error,
+    free_port,
+    make_an4_subset,
+    run_cli,
+    run_main,
+)
 
 LEXICON = SHARED_AN4 / "etc" / "an4.dic"
 
@@ -270,6 +280,41 @@ def test_stage_records_and_a_rerun_skips_every_stage(hybrid: Hybrid) -> None:
     assert _wer_lines(again.stdout) == _wer_lines(hybrid.result.stdout)
     assert len(_wer_lines(again.stdout)) == 6  # mono, tri1 and hybrid on dev and test
     assert model.stat().st_mtime_ns == before
+
+
+def test_a_graph_that_cannot_be_written_whole_fails_the_stage_and_a_gone_one_is_made_again(
+    hybrid: Hybrid,
+) -> None:
+    """Seen in the field: a deleted HCLG.fst made stage 7 say "run stage 5 first" and stage
+    5 say "already done"; under a file-size limit stage 5 exited 0, recorded itself done
+    and left a truncated HCLG.fst."""
+    import resource
+
+    graphs = sorted(hybrid.gmm.glob("*/graph/HCLG.fst"))
+    assert len(graphs) == 2, graphs  # mono and tri1
+    whole = {g: g.read_bytes() for g in graphs}
+    record = hybrid.exp / ".stages" / "5-gmm_decode.json"
+
+    graphs[-1].unlink()
+    again = run_cli(*_stages(5, 5, *hybrid.args))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"finished before, but {graphs[-1]} is gone; running it again" in again.stderr
+    assert {g: g.read_bytes() for g in graphs} == whole and record.is_file()
+
+    limit = min(len(b) for b in whole.values()) // 2
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    command = [sys.executable, "-m", "asrkit", *_stages(5, 5, *hybrid.args), "--force"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    limited = subprocess.run(
+        command, env=env, capture_output=True, text=True, preexec_fn=small_files, check=False
+    )
+    assert_one_line_error(limited, "HCLG.fst", "writing the graph failed")
+    assert {g: g.read_bytes() for g in graphs} == whole and not record.exists()  # nothing replaced
+    restored = run_cli(*_stages(5, 5, *hybrid.args))
+    assert restored.returncode == 0 and record.is_file(), restored.stderr[-3000:]
 
 
 def test_transcribe_a_hybrid_experiment_agrees_with_its_decoding_stage(hybrid: Hybrid) -> None:

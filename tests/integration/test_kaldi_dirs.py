@@ -75,3 +75,33 @@ def test_a_set_without_an_import_dir_is_one_clear_error(tmp_path: Path) -> None:
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("asrkit: error:")]
     assert len(errors) == 1 and "data.import_dirs.dev" in errors[0], result.stderr[-2000:]
     assert not (tmp_path / "data" / "train").exists()
+
+
+def test_a_fixed_import_dir_makes_the_data_stage_run_again(tmp_path: Path) -> None:
+    """Seen in the field: a segments error in an imported dir, then the original fixed,
+    and stage 1 stayed "done" (its record hashed the import paths, not the files) and the
+    error repeated. Its record now covers the imported files' content."""
+    egs = _egs(tmp_path)
+    recipe = tmp_path / "recipe"
+    args = [
+        "run",
+        "--stage",
+        "1",
+        "--stop-stage",
+        "1",
+        "data=kaldi",
+        f"data.import_dirs.train={egs}/data/train_nodup",
+        f"data.import_dirs.dev={egs}/data/train_dev",
+        f"+data.import_dirs.eval={egs}/data/eval",
+        "data.test_sets=[eval]",
+        f"data_root={recipe}/data",
+    ]
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_cli(*args)
+    assert again.returncode == 0 and "stage 1 (data): already done" in again.stderr
+    text = egs / "data" / "eval" / "text"
+    text.write_text(text.read_text().replace("HELLO", "GOODBYE"))
+    fixed = run_cli(*args)
+    assert fixed.returncode == 0 and "stage 1 (data): start" in fixed.stderr, fixed.stderr[-3000:]
+    assert (recipe / "data" / "eval" / "text").read_text() == text.read_text()
