@@ -16,7 +16,7 @@ from asrkit.decoding.config import METHODS
 from asrkit.decoding.hybrid import HYBRID_SETTINGS, HybridRecognizer, HybridSettings
 from asrkit.decoding.recognizer import DecodeSettings, Recognizer, check_exp_dir
 from asrkit.device import pick_device
-from asrkit.errors import ConfigError
+from asrkit.errors import ConfigError, DataError
 from asrkit.loader.batch import Utterance
 
 
@@ -94,31 +94,29 @@ def _transcribe(args: argparse.Namespace) -> int:
     else:
         recognizers = [recognizer]
         search = recognizer.search(method)
-    audio, low = [], defaultdict(list)
-    for path in args.audio:
-        samples, rate = load_audio_file(path, raw_rate=args.raw_rate, raw_byteorder=args.raw_byteorder)
-        if rate < recognizer.features.sample_rate:
-            low[rate].append(path)
-        audio.append((samples, rate))
-    for rate, paths in sorted(low.items()):
-        print(low_rate_warning(paths, rate, recognizer.features.sample_rate), file=sys.stderr)
-    posteriors = []
-    for system in recognizers:  # each with its own CMVN stats
-        utts = [
-            Utterance(
-                f"{i:08d}",
-                system.audio_features(samples, rate, utt=path, where=path),
-                np.zeros(0, dtype=np.int64),
-            )
-            for i, ((samples, rate), path) in enumerate(zip(audio, args.audio, strict=True))
-        ]
-        posteriors.append(dict(system.posteriors(utts)))
-    texts = combined.transcripts(posteriors) if method == "combined" else None
-    ctm = []
+    ctm, failed, low = [], 0, defaultdict(list)
+    # One file at a time, start to finish: memory holds the longest file, not all of them,
+    # and a bad file is reported and skipped.
     for i, path in enumerate(args.audio):
-        log_probs = posteriors[0][f"{i:08d}"]
-        text = texts[f"{i:08d}"] if texts is not None else search(log_probs)
-        print(f"{path}\t{text}")
+        loaded = _load(args, path, recognizer.features.sample_rate, low)
+        if loaded is None:
+            failed += 1
+            continue
+        samples, rate = loaded
+        utt = f"{i:08d}"
+        try:  # each system with its own CMVN stats
+            feats = [system.audio_features(samples, rate, utt=path, where=path) for system in recognizers]
+        except DataError as err:  # too short for a frame, say: this file only
+            print(f"asrkit: error: {err}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
+        posteriors = [
+            dict(system.posteriors([Utterance(utt, f, np.zeros(0, dtype=np.int64))]))
+            for system, f in zip(recognizers, feats, strict=True)
+        ]
+        log_probs = posteriors[0][utt]
+        text = combined.transcripts(posteriors)[utt] if method == "combined" else search(log_probs)
+        print(f"{path}\t{text}", flush=True)
         if args.ctm and text:
             times = recognizer.word_times(log_probs, text)
             if times is None:
@@ -130,7 +128,31 @@ def _transcribe(args: argparse.Namespace) -> int:
             ctm += [f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times]
     if args.ctm:
         atomic_write(args.ctm, "".join(ctm))
-    return 0
+    return _status(failed, len(args.audio), low, recognizer.features.sample_rate)
+
+
+def _load(
+    args: argparse.Namespace, path: str, model_rate: int, low: dict[int, list[str]]
+) -> tuple[np.ndarray, int] | None:
+    """``path``'s samples and rate, or None after one error line (the batch goes on); a
+    rate below the model's is noted in ``low`` (one warning per rate, at the end)."""
+    try:
+        samples, rate = load_audio_file(path, raw_rate=args.raw_rate, raw_byteorder=args.raw_byteorder)
+    except DataError as err:
+        print(f"asrkit: error: {err}", file=sys.stderr, flush=True)
+        return None
+    if rate < model_rate:
+        low[rate].append(path)
+    return samples, rate
+
+
+def _status(failed: int, total: int, low: dict[int, list[str]], model_rate: int) -> int:
+    """The warnings about low rates; 0, or 2 when some files could not be read (each said so)."""
+    for rate, paths in sorted(low.items()):
+        print(low_rate_warning(paths, rate, model_rate), file=sys.stderr)
+    if failed and total > 1:
+        print(f"asrkit: {failed} of {total} files could not be transcribed (see above)", file=sys.stderr)
+    return 2 if failed else 0
 
 
 def _transcribe_hybrid(args: argparse.Namespace, recognizer: Recognizer, settings: HybridSettings) -> int:
@@ -139,22 +161,23 @@ def _transcribe_hybrid(args: argparse.Namespace, recognizer: Recognizer, setting
     hybrid = HybridRecognizer(
         args.exp_dir, settings, subsample=int(getattr(recognizer.model, "subsample", 1))
     )
-    utts = []
+    failed, low = 0, defaultdict(list)
     for i, path in enumerate(args.audio):
-        samples, rate = load_audio_file(path, raw_rate=args.raw_rate, raw_byteorder=args.raw_byteorder)
-        if rate < recognizer.features.sample_rate:
-            print(low_rate_warning([path], rate, recognizer.features.sample_rate), file=sys.stderr)
-        feats = recognizer.audio_features(samples, rate, utt=path, where=path)
-        utts.append(Utterance(f"{i:08d}", feats, np.zeros(0, dtype=np.int64)))
-    lengths = {u.utt: u.feats.shape[0] for u in utts}
-    with torch.inference_mode():
-        texts = {
-            utt: hybrid.transcribe(out, lengths[utt], utt=utt)
-            for utt, out in recognizer.outputs(utts, "frame")
-        }
-    for i, path in enumerate(args.audio):
-        print(f"{path}\t{texts[f'{i:08d}']}")
-    return 0
+        loaded = _load(args, path, recognizer.features.sample_rate, low)
+        if loaded is None:
+            failed += 1
+            continue
+        try:
+            feats = recognizer.audio_features(*loaded, utt=path, where=path)
+        except DataError as err:
+            print(f"asrkit: error: {err}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
+        utt = Utterance(f"{i:08d}", feats, np.zeros(0, dtype=np.int64))
+        with torch.inference_mode():
+            for name, out in recognizer.outputs([utt], "frame"):
+                print(f"{path}\t{hybrid.transcribe(out, feats.shape[0], utt=name)}", flush=True)
+    return _status(failed, len(args.audio), low, recognizer.features.sample_rate)
 
 
 def low_rate_warning(paths: list[str], rate: int, model_rate: int) -> str:

@@ -254,8 +254,8 @@ def check_audio_files(data: DataDir, *, where: str | Path, show: int = 3) -> Non
     """
     problems: list[str] = []
     recordings = data.recordings()  # in a segmented dir, those some segment uses
-    for key, entry in ((rec.id, rec.entry) for rec in recordings):
-        entry = entry.strip()
+    for rec in recordings:
+        key, entry = rec.id, rec.entry.strip()
         if entry.endswith("|"):
             continue
         path = Path(entry)
@@ -277,6 +277,14 @@ def check_audio_files(data: DataDir, *, where: str | Path, show: int = 3) -> Non
             problems.append(f"{key}: {path} has no samples")
         elif info.channels != 1:
             problems.append(f"{key}: {path} has {info.channels} channels (asrkit expects mono)")
+        else:
+            duration = info.frames / info.samplerate
+            for utt, segment in rec.utterances:
+                if segment is not None and segment.end - duration > MAX_OVERSHOOT:
+                    problems.append(
+                        f"{utt}: its segment ends at {format_time(segment.end)} s, past the end of {path} "
+                        f"({duration:.3f} s; at most {MAX_OVERSHOOT} s over is cut)"
+                    )
     if problems:
         shown = "; ".join(problems[:show])
         more = f" (and {len(problems) - show} more)" if len(problems) > show else ""

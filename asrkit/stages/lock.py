@@ -29,6 +29,10 @@ from asrkit.errors import ConfigError
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
+#: The lock of a shared data root while a run builds its data dirs and features.
+DATA_LOCK_NAME = ".lock.data"
+#: Seconds between looks at a lock another run holds, when waiting for it.
+WAIT_POLL_S = 0.5
 
 
 def _start_time(pid: int) -> str | None:
@@ -98,8 +102,12 @@ def _remove_stale(path: Path, stale: dict) -> bool:
 
 
 @contextmanager
-def experiment_lock(exp_dir: str | Path, *, name: str = LOCK_NAME) -> Iterator[Path]:
+def experiment_lock(exp_dir: str | Path, *, name: str = LOCK_NAME, wait: bool = False) -> Iterator[Path]:
     """Hold ``exp_dir/<name>`` for the duration of the block.
+
+    Args:
+        wait: when a live run on this host holds it, wait for that run to let it go
+            (shared data dirs: the second run then finds the stage done) instead of refusing.
 
     Raises:
         ConfigError: a live run (or one on another host) holds the dir.
@@ -112,7 +120,9 @@ def experiment_lock(exp_dir: str | Path, *, name: str = LOCK_NAME) -> Iterator[P
         "started": _start_time(os.getpid()),
         "since": int(time.time()),
     }
-    for _ in range(3):
+    tries, waited = 0, False
+    while tries < 3:
+        tries += 1
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
@@ -124,6 +134,17 @@ def experiment_lock(exp_dir: str | Path, *, name: str = LOCK_NAME) -> Iterator[P
                 if _remove_stale(path, holder):
                     ended = _describe(holder)
                     log.warning("%s: left by a run that has ended (%s); taking it over", path, ended)
+                continue
+            if wait and host == me["host"]:
+                if not waited:
+                    log.info(
+                        "%s is being built by another run (%s); waiting for it",
+                        path.parent,
+                        _describe(holder),
+                    )
+                    waited = True
+                time.sleep(WAIT_POLL_S)
+                tries = 0
                 continue
             if host != me["host"] and host is not None:
                 fix = f"if that run has ended (a crashed node), remove {path} and run again"

@@ -24,6 +24,7 @@ import shlex
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, settings_hash, to_ob
 from asrkit.data.io import atomic_write
 from asrkit.distributed.launch import launched_rank
 from asrkit.errors import ConfigError
-from asrkit.stages.lock import LOCK_NAME, experiment_lock
+from asrkit.stages.lock import DATA_LOCK_NAME, LOCK_NAME, experiment_lock
 
 log = logging.getLogger("asrkit.stages")
 
@@ -257,57 +258,65 @@ def _run_locked(
         log.info("command: %s", shlex.join(command))
         log.info("experiment dir: %s (config saved as config.yaml)", ctx.exp_dir)
         for current in selected:
-            digest, settings = settings_hash(typed, stage_settings(current.number, pipeline=pipeline))
-            if current.inputs is not None:
-                digest = _with_inputs(digest, current.inputs(ctx))
-            record = _record_path(ctx, current)
-            gone = [p for p in (current.outputs(ctx) if current.outputs else []) if not p.exists()]
-            if gone and _finished(record, digest):
-                log.info(
-                    "stage %d (%s): finished before, but %s is gone; running it again",
-                    current.number,
-                    current.name,
-                    gone[0],
-                )
-            elif current.record and not force and _finished(record, digest):
-                log.info(
-                    "stage %d (%s): already done with these settings (%s); skipping it "
-                    "(--force runs it again)",
-                    current.number,
-                    current.name,
-                    record,
-                )
-                if current.on_skip is not None:
-                    current.on_skip(ctx)
-                continue
-            record.unlink(missing_ok=True)
-            log.info("stage %d (%s): start — %s", current.number, current.name, current.description)
-            began = time.monotonic()
-            current.run(ctx)
-            seconds = time.monotonic() - began
-            if current.record and typed.strategy.node_rank == 0 and launched_rank() == "0":
-                atomic_write(
-                    record,
-                    json.dumps(
-                        {
-                            "stage": current.number,
-                            "name": current.name,
-                            "settings_hash": digest,
-                            "seconds": round(seconds, 1),
-                            "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                            "settings": settings,
-                        },
-                        indent=2,
-                    )
-                    + "\n",
-                )
-            log.info("stage %d (%s): done in %.1f s", current.number, current.name, seconds)
+            # Shared data dirs are built by one run at a time; a run that waited finds the
+            # stage done by the other (or with other settings: then it runs it).
+            shared = current.shared and launched_rank() == "0" and typed.strategy.node_rank == 0
+            with experiment_lock(ctx.data_root, name=DATA_LOCK_NAME, wait=True) if shared else nullcontext():
+                _run_stage(ctx, typed, current, pipeline=pipeline, force=force)
         if previous is not None:  # the new run finished: the model it replaced goes
             shutil.rmtree(previous, ignore_errors=True)
             log.info("removed %s (the model this run replaced)", previous)
     finally:
         logging.getLogger().removeHandler(handler)
         handler.close()
+
+
+def _run_stage(ctx: StageContext, typed: AsrkitConfig, current: Stage, *, pipeline: str, force: bool) -> None:
+    """Run ``current`` unless it finished with these settings (and its outputs are there)."""
+    digest, settings = settings_hash(typed, stage_settings(current.number, pipeline=pipeline))
+    if current.inputs is not None:
+        digest = _with_inputs(digest, current.inputs(ctx))
+    record = _record_path(ctx, current)
+    gone = [p for p in (current.outputs(ctx) if current.outputs else []) if not p.exists()]
+    if gone and _finished(record, digest):
+        log.info(
+            "stage %d (%s): finished before, but %s is gone; running it again",
+            current.number,
+            current.name,
+            gone[0],
+        )
+    elif current.record and not force and _finished(record, digest):
+        log.info(
+            "stage %d (%s): already done with these settings (%s); skipping it (--force runs it again)",
+            current.number,
+            current.name,
+            record,
+        )
+        if current.on_skip is not None:
+            current.on_skip(ctx)
+        return
+    record.unlink(missing_ok=True)
+    log.info("stage %d (%s): start — %s", current.number, current.name, current.description)
+    began = time.monotonic()
+    current.run(ctx)
+    seconds = time.monotonic() - began
+    if current.record and typed.strategy.node_rank == 0 and launched_rank() == "0":
+        atomic_write(
+            record,
+            json.dumps(
+                {
+                    "stage": current.number,
+                    "name": current.name,
+                    "settings_hash": digest,
+                    "seconds": round(seconds, 1),
+                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "settings": settings,
+                },
+                indent=2,
+            )
+            + "\n",
+        )
+    log.info("stage %d (%s): done in %.1f s", current.number, current.name, seconds)
 
 
 #: Where ``--force`` keeps a finished experiment's model and scores while it trains anew.

@@ -348,6 +348,14 @@ def _(w: Work):
     ]
 
 
+@case("validate-data-segment-past-recording")
+def _(w: Work):
+    # Seen in the field: validate-data said OK, feature extraction failed later.
+    w.raw_data()
+    _edit(_segmented(w), "spk2-utt1 spk2-utt1 0 0.4", "spk2-utt1 spk2-utt1 0 3")
+    return Run(["validate-data", str(w.data / "train")]), ["spk2-utt1", "ends at 3 s, past the end of"]
+
+
 @case("datadir-missing")
 def _(w: Work):
     w.raw_data()

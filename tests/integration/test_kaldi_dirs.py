@@ -105,3 +105,54 @@ def test_a_fixed_import_dir_makes_the_data_stage_run_again(tmp_path: Path) -> No
     fixed = run_cli(*args)
     assert fixed.returncode == 0 and "stage 1 (data): start" in fixed.stderr, fixed.stderr[-3000:]
     assert (recipe / "data" / "eval" / "text").read_text() == text.read_text()
+
+
+def test_two_runs_on_one_fresh_data_root_build_it_one_at_a_time(tmp_path: Path) -> None:
+    """Seen in the field: two experiments started on the same fresh data root collided in
+    stage 1's staging dir (2 of 9 died, once with a traceback). The shared data dirs are
+    now built under a lock: the second run waits, then finds the stages done."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    egs = _egs(tmp_path)
+    common = [
+        "data=kaldi",
+        f"data.import_dirs.train={egs}/data/train_nodup",
+        f"data.import_dirs.dev={egs}/data/train_dev",
+        f"+data.import_dirs.eval={egs}/data/eval",
+        "data.test_sets=[eval]",
+        f"data_root={tmp_path}/shared/data",
+        f"feats_root={tmp_path}/shared/fbank",
+        "features.nj=1",
+        "features.num_mel_bins=23",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "asrkit",
+                "run",
+                "--stage",
+                "1",
+                "--stop-stage",
+                "2",
+                f"exp_dir={tmp_path}/{n}",
+                *common,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in ("a", "b")
+    ]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-2000:] for e in errs]
+    assert sum("being built by another run" in e for e in errs) >= 1 or any("already done" in e for e in errs)
+    assert sum("stage 2 (features): start" in e for e in errs) == 1, [e[-2000:] for e in errs]
+    assert not (tmp_path / "shared" / "data" / ".lock.data").exists()

@@ -115,6 +115,21 @@ def test_decode_any_data_dir_without_features(tmp_path: Path) -> None:
     assert (tmp_path / "exp" / "decode_mine" / "scoring" / "wer").is_file()
 
 
+def test_transcribe_reports_a_bad_file_and_goes_on(tmp_path: Path) -> None:
+    """Seen in the field: one bad file in a transcribe batch lost every transcript."""
+    result = tiny_recipe(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    paths = list(read_kaldi_map(tmp_path / "data" / "test" / "wav.scp").values())
+    broken = tmp_path / "broken.wav"
+    broken.write_bytes(b"RIFF....WAVEfmt not really audio")
+    out = run_cli("transcribe", str(tmp_path / "exp"), paths[0], str(broken), paths[1], "--decode", "greedy")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert [ln.split("\t")[0] for ln in out.stdout.splitlines()] == [paths[0], paths[1]]
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("asrkit: error:")]
+    assert len(errors) == 1 and str(broken) in errors[0], out.stderr
+    assert "1 of 3 files could not be transcribed" in out.stderr
+
+
 def test_transcribe_errors_are_one_line(tmp_path: Path) -> None:
     out = run_cli("transcribe", str(tmp_path / "nothing"), "x.wav")
     assert out.returncode == 2 and "Traceback" not in out.stderr
