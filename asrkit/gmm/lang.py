@@ -34,6 +34,9 @@ from asrkit.errors import DataError
 EPS = "<eps>"
 #: Kaldi's reserved word symbols; a lexicon may not use them as words.
 RESERVED_WORDS = (EPS, "#0", "<s>", "</s>")
+#: The word transcripts' unknown words become (``oov.txt``), and its phone (Kaldi's ``SPN``).
+UNK_WORD = "<unk>"
+UNK_PHONE = "SPN"
 
 
 def _topology_entry(phones: Sequence[int], num_states: int, *, silence: bool) -> str:
@@ -128,12 +131,15 @@ class Lang:
     def lexicon_fst(self, *, disambig: bool = False) -> kaldifst.StdVectorFst:
         return kaldifst.StdVectorFst.read(str(self.path / ("L_disambig.fst" if disambig else "L.fst")))
 
-    def word_ids(self, transcript: str, *, utt: str = "?", where: str = "text") -> list[int]:
-        """A transcript's words as ids; unknown words become the OOV word, or an error."""
+    def word_ids(
+        self, transcript: str, *, utt: str = "?", where: str = "text", unknown_ok: bool = True
+    ) -> list[int]:
+        """A transcript's words as ids; unknown words become the OOV word (with
+        ``unknown_ok`` and a lang that has one), or an error naming the word."""
         ids = []
         for word in transcript.split():
             if word not in self.words:
-                if not self.oov:
+                if not (self.oov and unknown_ok):
                     raise DataError(
                         f"{where}: utterance {utt}: word '{word}' is not in the lexicon "
                         f"({self.path / 'words.txt'}); add its pronunciation to the lexicon"

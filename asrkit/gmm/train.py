@@ -128,14 +128,22 @@ class GraphCompiler:
             system.trans_model, system.ctx_dep, lexicon, system.lang.disambig, opts
         )
 
-    def compile(self, texts: Mapping[str, str], *, where: str) -> dict[str, kaldifst.StdVectorFst]:
+    def compile(
+        self, texts: Mapping[str, str], *, where: str, unknown_ok: bool = False
+    ) -> dict[str, kaldifst.StdVectorFst]:
+        """Graphs of ``texts``; a word the lexicon lacks is an error, or with ``unknown_ok``
+        (sets aligned, not trained on) the lang's unknown word."""
         graphs = {}
+        unknown = 0
         for utt, text in texts.items():
-            words = self.lang.word_ids(text, utt=utt, where=where)
+            words = self.lang.word_ids(text, utt=utt, where=where, unknown_ok=unknown_ok)
+            unknown += sum(w not in self.lang.words for w in text.split())
             graph = self._compiler.compile_graph_from_text(words)
             if graph.num_states == 0:
                 raise DataError(f"{where}: utterance {utt}: its training graph is empty; check its words")
             graphs[utt] = graph
+        if unknown:
+            log.info("%s: %d word(s) not in the lexicon aligned as %s", where, unknown, self.lang.oov)
         return graphs
 
 

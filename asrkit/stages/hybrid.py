@@ -85,7 +85,7 @@ def gmm(ctx: StageContext) -> None:
 
     from asrkit.data.perturb import original_only, perturbed_factors
     from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
-    from asrkit.gmm.lang import prepare_lang
+    from asrkit.gmm.lang import UNK_PHONE, UNK_WORD, prepare_lang
     from asrkit.gmm.train import GraphCompiler, align, train_mono, train_triphone, write_alignment_dir
     from asrkit.targets.phones import read_pronunciations
 
@@ -93,7 +93,10 @@ def gmm(ctx: StageContext) -> None:
     root = gmm_dir(ctx)
     began = time.monotonic()
     lexicon = read_pronunciations(_lexicon_path(ctx), keep_stress=ctx.cfg.tokenizer.keep_stress)
-    lang = prepare_lang(lexicon, root / "lang")
+    # Words of a transcript that the lexicon lacks (5% of speechocean762's dev words) align
+    # as Kaldi's recipes align them: as the unknown word, a spoken-noise phone of its own.
+    lexicon = {**lexicon, UNK_WORD: lexicon.get(UNK_WORD, [(UNK_PHONE,)])}
+    lang = prepare_lang(lexicon, root / "lang", oov_word=UNK_WORD)
     log.info("lang: %d phones, %d words -> %s", len(lang.real_phones), len(lang.words) - 4, root / "lang")
     mfcc = replace(ctx.cfg.features, kind="mfcc", num_mel_bins=23, num_ceps=13, nj=cfg.nj)
     for name in _gmm_sets(ctx):
@@ -160,7 +163,8 @@ def gmm(ctx: StageContext) -> None:
     began = time.monotonic()
     dev_feats = GmmFeatures(root / "data" / dev_set)
     dev_texts = read_data_dir(root / "data" / dev_set).text or {}
-    dev_graphs = GraphCompiler(system).compile(dev_texts, where=str(ctx.data_root / dev_set / "text"))
+    dev_where = str(ctx.data_root / dev_set / "text")
+    dev_graphs = GraphCompiler(system).compile(dev_texts, where=dev_where, unknown_ok=True)
     dev_result = align(system, dev_feats, dev_graphs, cfg, where=str(ctx.data_root / dev_set))
     write_alignment_dir(root / f"ali_{dev_set}", system, dev_result)
     timings["align_dev"] = round(time.monotonic() - began, 1)

@@ -317,6 +317,24 @@ def test_a_graph_that_cannot_be_written_whole_fails_the_stage_and_a_gone_one_is_
     assert restored.returncode == 0 and record.is_file(), restored.stderr[-3000:]
 
 
+def test_a_dev_word_missing_from_the_lexicon_aligns_as_the_unknown_word(
+    hybrid: Hybrid, tmp_path: Path
+) -> None:
+    """Seen in the field: a dev word missing from the lexicon stopped stage 4 at the dev
+    alignment, after the whole mono and triphone training. It aligns as <unk> (SPN), as
+    in Kaldi's recipes; a training word missing is still an error, before training."""
+    for name in SETS:
+        data = read_data_dir(hybrid.data / name)
+        write_data_dir(tmp_path / "data" / name, data.subset(data.utt_ids[: 6 if name == "train" else 2]))
+    text = tmp_path / "data" / "train_dev" / "text"
+    utt, words = next(iter(read_kaldi_map(text).items()))
+    text.write_text(text.read_text().replace(f"{utt} {words}\n", f"{utt} {words} ZYZZYVA\n", 1))
+    result = run_cli(*_stages(4, 4, *_args(tmp_path)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "1 word(s) not in the lexicon aligned as <unk>" in result.stderr
+    assert utt in read_alignments(str(tmp_path / "exp" / "gmm" / "ali_train_dev"))
+
+
 def test_transcribe_a_hybrid_experiment_agrees_with_its_decoding_stage(hybrid: Hybrid) -> None:
     settings = json.loads((hybrid.exp / "hybrid_decoding.json").read_text())
     assert settings["tuned_on"] == "train_dev" and settings["lm_weight"] in (9.0, 11.0)

@@ -77,12 +77,11 @@ def test_a_study_dir_goes_on_under_a_plan_choosing_other_runs_but_not_other_sett
     full = settings(study_plan("ibm_full"))
     older = json.loads(json.dumps(full))
     del older["plan"]["grid"], older["plan"]["warmup_samples"]  # a plan.json of an older asrkit
-    (tmp_path / "plan.json").write_text(json.dumps(older))
-    _check_same_settings(tmp_path, settings(study_plan("ibm")))  # fewer runs, same settings
+    _check_same_settings(tmp_path, older, settings(study_plan("ibm")))  # fewer runs, same settings
     for changed in ({"epochs": 3}, {"warmup_samples": 1000}, {"common": ()}):
         other = dataclasses.replace(study_plan("ibm"), **changed)
         with pytest.raises(ConfigError, match=next(iter(changed))):
-            _check_same_settings(tmp_path, settings(other))
+            _check_same_settings(tmp_path, older, settings(other))
 
 
 def test_hybrid_runs_need_an_even_number_of_groups() -> None:
