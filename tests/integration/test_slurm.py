@@ -78,7 +78,8 @@ def cluster(tmp_path: Path):
         )
     )
     env = dict(os.environ, SLURM_CONF=str(root / "slurm.conf"), PYTHONPATH=str(REPO))
-    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True, check=False).returncode != 0:
+    ours_munge = subprocess.run(["pgrep", "-x", "munged"], capture_output=True, check=False).returncode != 0
+    if ours_munge:
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
         shutil.chown("/run/munge", "munge", "munge")
         subprocess.run(["munged", "--force"], capture_output=True, check=True)
@@ -94,6 +95,8 @@ def cluster(tmp_path: Path):
         pid_file = root / f"{name}.pid"
         if pid_file.is_file():
             subprocess.run(["kill", pid_file.read_text().strip()], check=False)
+    if ours_munge:  # every daemon the fixture started stops with it (one already running stays)
+        subprocess.run(["pkill", "-x", "munged"], check=False)
 
 
 def _job(job: str, env: dict) -> dict[str, str]:
