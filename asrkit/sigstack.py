@@ -26,7 +26,7 @@ import ctypes
 import ctypes.util
 import threading
 
-__all__ = ["STACK_BYTES", "install", "installed"]
+__all__ = ["STACK_BYTES", "install", "installed", "quiet_worker"]
 
 #: The alternate stack's size: the handler's frame holds the CPU's extended state (up to
 #: ~11 KB with AMX) and Python's C handler needs little more; generous, and allocated once.
@@ -83,3 +83,12 @@ def install() -> bool:
             return False
         _stacks[threading.get_ident()] = memory  # the kernel refers to it from now on
         return True
+
+
+def quiet_worker() -> None:
+    """A pool worker's initializer: Ctrl-C is the parent's to handle (it stops the pool), so
+    a worker ignores SIGINT rather than printing a ``KeyboardInterrupt`` traceback of its
+    own (seen with ``gmm.nj=2``). ``Pool.terminate``'s SIGTERM still ends it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

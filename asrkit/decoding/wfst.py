@@ -37,6 +37,7 @@ import kaldifst
 import numpy as np
 
 from asrkit.errors import ConfigError, DataError
+from asrkit.sigstack import quiet_worker
 
 log = logging.getLogger(__name__)
 
@@ -497,7 +498,7 @@ class WfstDecoder:
                 parts = [_sweep_chunk(utts)]
             else:
                 # Every nj-th utterance: similar lengths in each job, so they end together.
-                with multiprocessing.get_context("fork").Pool(nj) as pool:
+                with multiprocessing.get_context("fork").Pool(nj, initializer=quiet_worker) as pool:
                     parts = pool.map(_sweep_chunk, [utts[j::nj] for j in range(nj)])
         finally:
             _SWEEP.clear()

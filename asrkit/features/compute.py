@@ -31,6 +31,7 @@ from asrkit.data.kaldi_ark import kaldi_io, write_ark
 from asrkit.errors import DataError
 from asrkit.features.cmvn import cmvn_stats
 from asrkit.features.extractors import FeatureConfig, extract
+from asrkit.sigstack import quiet_worker
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ def compute_features_for_dir(
             results = [_run_job(*jobs[0])]
         else:
             context = multiprocessing.get_context("fork")
-            with context.Pool(nj) as pool:
+            with context.Pool(nj, initializer=quiet_worker) as pool:
                 results = pool.starmap(_run_job, jobs)
     except BaseException as err:
         for path in ark_paths:

@@ -53,6 +53,7 @@ from asrkit.gmm.tree import (
     read_roots,
     read_tree,
 )
+from asrkit.sigstack import quiet_worker
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ def align(
         if nj == 1:
             parts = [_align_chunk(chunks[0])]
         else:
-            with multiprocessing.get_context("fork").Pool(nj) as pool:
+            with multiprocessing.get_context("fork").Pool(nj, initializer=quiet_worker) as pool:
                 parts = pool.map(_align_chunk, chunks)
     finally:
         _PASS.clear()
