@@ -67,11 +67,15 @@ def make_gmm_data_dir(
     source, target = Path(source), Path(target)
     if cfg.kind != "mfcc":
         cfg = replace(cfg, kind="mfcc")
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
+    # The dir is updated in place, not removed first: the feature computation replaces
+    # feats.scp only once the new archives are whole, so a failure (a full disk) leaves the
+    # previous features listed and readable, as its message says.
+    target.mkdir(parents=True, exist_ok=True)
     for name in _TEXT_FILES:
         if (source / name).exists():
             shutil.copyfile(source / name, target / name)
+        else:
+            (target / name).unlink(missing_ok=True)
     compute_features_for_dir(target, feats_dir, cfg)
 
 

@@ -122,3 +122,24 @@ def test_training_and_decoding_on_a_full_disk_end_in_one_line(
     result = _run(tmp_path, stage, stage, exp=exp)
     assert_one_line_error(result, str(exp), "no space left on the device")
     assert "Logging error" not in result.stderr
+
+
+def test_the_gmm_features_on_a_full_disk_stay_listed(tmp_path: Path, disk: Path) -> None:
+    """Seen in the field: `--force` of the hybrid GMM stage on a full disk said "previous
+    features are intact" after it had deleted the GMM dir's feats.scp and MFCC archive."""
+    from asrkit.errors import DiskFull
+    from asrkit.features.extractors import FeatureConfig
+    from asrkit.gmm.feats import make_gmm_data_dir
+
+    _data(tmp_path)
+    cfg = FeatureConfig(kind="mfcc", num_mel_bins=23, num_ceps=13, nj=1)
+    target = tmp_path / "gmm" / "data" / "train"
+    make_gmm_data_dir(tmp_path / "data" / "train", target, disk, cfg)
+    scp = target / "feats.scp"
+    features = dict(read_matrices(f"scp:{scp}"))
+    filler = _fill(disk)
+    with pytest.raises(DiskFull, match="previous features are intact"):
+        make_gmm_data_dir(tmp_path / "data" / "train", target, disk, cfg)
+    again = dict(read_matrices(f"scp:{scp}"))
+    assert again.keys() == features.keys() and all((again[u] == features[u]).all() for u in features)
+    filler.unlink()
