@@ -522,30 +522,34 @@ def write_alignment_dir(
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    system.save(tmp)
-    ark = tmp / "ali.1.ark"
-    write_ark(
-        ark,
-        ((u, np.asarray(result.alignments[u], dtype=np.int32)) for u in sorted(result.alignments)),
-        kind="int",
-    )
-    with gzip.open(tmp / "ali.1.gz", "wb") as handle:
-        handle.write(ark.read_bytes())
-    ark.unlink()
-    atomic_write(tmp / "num_jobs", "1\n")
-    record = {
-        "aligned": len(result.alignments),
-        "failed": sorted(result.failed),
-        "retried": result.retried,
-        "log_like_per_frame": round(result.like_per_frame, 4),
-        "num_pdfs": system.am.num_pdfs,
-        "num_gauss": system.am.num_gauss,
-        **(extra or {}),
-    }
-    atomic_write(tmp / "align.json", json.dumps(record, indent=2) + "\n")
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+    try:
+        system.save(tmp)
+        ark = tmp / "ali.1.ark"
+        write_ark(
+            ark,
+            ((u, np.asarray(result.alignments[u], dtype=np.int32)) for u in sorted(result.alignments)),
+            kind="int",
+        )
+        with gzip.open(tmp / "ali.1.gz", "wb") as handle:
+            handle.write(ark.read_bytes())
+        ark.unlink()
+        atomic_write(tmp / "num_jobs", "1\n")
+        record = {
+            "aligned": len(result.alignments),
+            "failed": sorted(result.failed),
+            "retried": result.retried,
+            "log_like_per_frame": round(result.like_per_frame, 4),
+            "num_pdfs": system.am.num_pdfs,
+            "num_gauss": system.am.num_gauss,
+            **(extra or {}),
+        }
+        atomic_write(tmp / "align.json", json.dumps(record, indent=2) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:  # a full disk, say: no half-written dir is left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 __all__ = [

@@ -143,3 +143,19 @@ def test_the_gmm_features_on_a_full_disk_stay_listed(tmp_path: Path, disk: Path)
     again = dict(read_matrices(f"scp:{scp}"))
     assert again.keys() == features.keys() and all((again[u] == features[u]).all() for u in features)
     filler.unlink()
+
+
+def test_a_gmm_dir_that_cannot_be_written_leaves_no_tmp_dir(tmp_path: Path) -> None:
+    """Seen in the field: a ``tri1.tmp/`` left behind on a full disk."""
+    import errno
+
+    from asrkit.gmm.train import AlignResult, write_alignment_dir
+
+    class NoSpace:
+        def save(self, out_dir: Path) -> None:
+            (out_dir / "final.mdl").write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device", str(out_dir / "tree"))
+
+    with pytest.raises(OSError):
+        write_alignment_dir(tmp_path / "tri1", NoSpace(), AlignResult({}, [], 0, 0.0, 0))  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
