@@ -20,6 +20,7 @@ that is no word's pronunciation is ``<unk>``.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -28,6 +29,8 @@ from pathlib import Path
 from asrkit.data.datadir import iter_kaldi_map
 from asrkit.data.io import atomic_write
 from asrkit.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
 
 BOUNDARY = "\u2581"
 UNK = "<unk>"
@@ -47,9 +50,12 @@ def read_pronunciations(path: str | Path, *, keep_stress: bool = False) -> dict[
     dictionaries write them, ``WORD(2)``), in file order.
 
     Raises:
-        DataError: missing file, or a line without phones (file and line named).
+        DataError: missing file, or a line without phones (file and line named). Phones
+            that differ only in case are warned about.
     """
     prons: dict[str, list[tuple[str, ...]]] = {}
+    first_seen: dict[str, tuple[str, int, str]] = {}  # phone folded to upper case -> (phone, line, word)
+    warned: set[tuple[str, str]] = set()
     for lineno, entry, value in iter_kaldi_map(path, allow_empty_value=True, check_sorted=False):
         word = base_word(entry)
         phones = tuple(p if keep_stress else _STRESS.sub("", p) for p in value.split())
@@ -59,6 +65,23 @@ def read_pronunciations(path: str | Path, *, keep_stress: bool = False) -> dict[
             )
         if BOUNDARY in phones or UNK in phones:
             raise DataError(f"{path}:{lineno}: word '{word}' uses a reserved unit ({BOUNDARY!r} or {UNK})")
+        for phone in phones:
+            # 'ah' beside 'AH' becomes a phone of its own, trained on a few words: a typo in
+            # an English lexicon (SAMPA's 'e' and 'E' are two phones: a warning, not an error).
+            seen = first_seen.setdefault(phone.upper(), (phone, lineno, word))
+            if seen[0] != phone and (seen[0], phone) not in warned:
+                warned.add((seen[0], phone))
+                log.warning(
+                    "%s:%d: word '%s' has phone '%s', and line %d ('%s') has '%s': two phones that "
+                    "differ only in case (a typo, unless the phone set means it, as SAMPA does)",
+                    path,
+                    lineno,
+                    word,
+                    phone,
+                    seen[1],
+                    seen[2],
+                    seen[0],
+                )
         alternatives = prons.setdefault(word, [])
         if phones not in alternatives:
             alternatives.append(phones)

@@ -86,3 +86,16 @@ def test_training_words_missing_from_the_lexicon_are_named(tmp_path: Path, lexic
     bad.write_text("A AH0\nCAT\n")
     with pytest.raises(DataError, match=r"bad.txt:2: word 'CAT' has no phones"):
         _train(tmp_path, bad, {"u1": "A"})
+
+
+def test_phones_that_differ_only_in_case_are_warned_about(tmp_path, caplog) -> None:
+    """Seen in the field: a lowercase phone in a lexicon became a new phone silently."""
+    import logging
+
+    lexicon = tmp_path / "lexicon.txt"
+    lexicon.write_text("CAT K AE T\nHAT HH ae T\nMAT M AE T\n")
+    with caplog.at_level(logging.WARNING, logger="asrkit.targets.phones"):
+        prons = read_pronunciations(lexicon)
+    assert prons["HAT"] == [("HH", "ae", "T")]  # kept as written: SAMPA means such pairs
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert f"{lexicon}:2" in warning and "'ae'" in warning and "'AE'" in warning and "line 1" in warning
