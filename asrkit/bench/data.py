@@ -125,6 +125,7 @@ def _train_run(tmp: Path, root: Path, hours: float, *, steps: int, tokenizer_dir
         f"data_root={root}",
         f"data.train_set={_name(hours)}",
         "data.dev_set=dev",
+        "tokenizer=char",  # the tokenizer trained above (the recipe's default is phones)
         "train.epochs=1",
         f"train.max_steps={steps}",
         "train.progress=false",

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 #: hundred, normalised ones within a few tens. Random bytes written into an archive's
 #: float data give NaN, infinities or magnitudes up to 3.4e38 in most of their floats.
 FEATURE_LIMIT = 1.0e4
+_LIMIT_SQUARED = FEATURE_LIMIT * FEATURE_LIMIT
 
 #: What to do about a damaged feature archive: stage 2 alone says "already done".
 RERUN_FEATURES = (
@@ -46,9 +47,16 @@ def check_values(
 ) -> None:
     """Raise a :class:`DataError` naming the utterance, its archive and the value when any
     frame of ``feats`` ``(B, T, D)`` (utterance ``indices[k]``'s first ``lengths[k]``
-    rows in ``feats[k]``) is not finite or beyond :data:`FEATURE_LIMIT`. Two passes over a
-    block already in the cache (NaN makes ``min``/``max`` NaN, failing both tests)."""
-    if feats.size == 0 or (feats.min() >= -FEATURE_LIMIT and feats.max() <= FEATURE_LIMIT):
+    rows in ``feats[k]``) is not finite or beyond :data:`FEATURE_LIMIT`."""
+    if feats.size == 0:
+        return
+    flat = feats.reshape(-1)
+    # One BLAS pass: a sum of squares within the limit's square bounds every value (NaN and
+    # infinities make it NaN or inf); real normalised features stay far below it. Only a
+    # block over it (raw features, say) is looked at value by value.
+    if np.dot(flat, flat) <= _LIMIT_SQUARED:
+        return
+    if feats.min() >= -FEATURE_LIMIT and feats.max() <= FEATURE_LIMIT:
         return
     for k, (i, n) in enumerate(zip(indices, lengths, strict=True)):
         rows = feats[k, : int(n)]
@@ -211,11 +219,11 @@ class ArchiveReader(UtteranceReader):
             for k, i in enumerate(idx.tolist()):
                 rows = out[k, : lengths[k]]
                 src.normalize(self._checked(i, out=rows), self._speaker_stats(i), out=rows)
+                check_values(rows[None], src, [i], [lengths[k]])
         longest = out.shape[1]
         for k, n in enumerate(lengths.tolist()):
             if n < longest:
                 out[k, n:] = 0.0  # padding
-        check_values(out, src, idx.tolist(), lengths.tolist())
 
     def _read_floats(self, idx: np.ndarray, lengths: np.ndarray, feats: np.ndarray) -> bool:
         """Read and normalise every utterance of ``idx`` into its rows of ``feats``
@@ -242,6 +250,9 @@ class ArchiveReader(UtteranceReader):
                 rows += offset
             elif norm.mode == "speaker":
                 norm(rows, self._speaker_stats(i), out=rows)
+            flat = rows.reshape(-1)  # checked while still in the cache (check_values)
+            if not np.dot(flat, flat) <= _LIMIT_SQUARED:
+                check_values(rows[None], src, [i], [n])
         return True
 
     def _speaker_stats(self, i: int) -> np.ndarray | None:
