@@ -102,7 +102,7 @@ def _free_tag(feats_dir: Path, stem: str, nj: int, in_use: set[str]) -> str:
 
 
 def compute_features_for_dir(
-    data_dir: str | Path, feats_dir: str | Path, cfg: FeatureConfig
+    data_dir: str | Path, feats_dir: str | Path, cfg: FeatureConfig, *, where_set: str = "feats_root"
 ) -> dict[str, int]:
     """Compute features for every utterance of ``data_dir``.
 
@@ -111,6 +111,7 @@ def compute_features_for_dir(
             when ``wav.scp`` lists recordings to cut utterances from).
         feats_dir: where the ``ark`` files go (created).
         cfg: feature settings; ``cfg.nj`` jobs run in parallel.
+        where_set: the setting that moves ``feats_dir`` elsewhere, for a full disk's message.
 
     Returns:
         utterance id -> number of frames.
@@ -159,7 +160,7 @@ def compute_features_for_dir(
                 os.unlink(path)
         if is_disk_full(err):
             raise disk_full(
-                feats_dir, fix=f"{data_dir}'s previous features are intact; free space or set feats_root"
+                feats_dir, fix=f"{data_dir}'s previous features are intact; free space or set {where_set}"
             ) from None
         raise
 

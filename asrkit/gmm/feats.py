@@ -76,7 +76,8 @@ def make_gmm_data_dir(
             shutil.copyfile(source / name, target / name)
         else:
             (target / name).unlink(missing_ok=True)
-    compute_features_for_dir(target, feats_dir, cfg)
+    # The GMM's MFCCs live in the experiment dir (exp_dir/gmm/mfcc), not under feats_root.
+    compute_features_for_dir(target, feats_dir, cfg, where_set="exp_dir to a disk with room")
 
 
 class GmmFeatures:

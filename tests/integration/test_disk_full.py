@@ -138,8 +138,11 @@ def test_the_gmm_features_on_a_full_disk_stay_listed(tmp_path: Path, disk: Path)
     scp = target / "feats.scp"
     features = dict(read_matrices(f"scp:{scp}"))
     filler = _fill(disk)
-    with pytest.raises(DiskFull, match="previous features are intact"):
+    with pytest.raises(DiskFull, match="previous features are intact") as err:
         make_gmm_data_dir(tmp_path / "data" / "train", target, disk, cfg)
+    assert "exp_dir" in str(err.value) and "feats_root" not in str(
+        err.value
+    )  # the GMM's MFCCs live under exp
     again = dict(read_matrices(f"scp:{scp}"))
     assert again.keys() == features.keys() and all((again[u] == features[u]).all() for u in features)
     filler.unlink()
