@@ -189,8 +189,7 @@ def _equal_speed(runs: list[Run], figures: Path) -> str:
     for (model, n, batch), group in _groups(
         chosen, lambda r: (r["model"], r["learners"], r["batch"])
     ).items():
-        if len(group) < 2:
-            continue
+        # A run whose peers are missing keeps its row (its own best loss is the target).
         target = _target(group)
         quality, quality_header = _quality(group)
         rows, reached = [], {}
@@ -280,15 +279,18 @@ def _stragglers(runs: list[Run], figures: Path) -> str:
 def _batch(runs: list[Run], figures: Path) -> str:
     parts = ["### Batch size: final dev loss and WER against the global batch\n"]
     for (model, n), group in _groups(_equal_seed_1(runs), lambda r: (r["model"], r["learners"])).items():
-        strategies = _groups(group, lambda r: (r["strategy"],))
-        by_strategy = {k: v for k, v in strategies.items() if len({r["batch"] for r in v}) > 1}
-        if not by_strategy:
+        # A group of a single batch compares nothing and is left out. Every run of the others
+        # keeps its row; "vs smallest batch" is against the strategy's run at the group's
+        # smallest batch, "—" where that run is missing.
+        batches = sorted({r["batch"] for r in group})
+        if len(batches) < 2:
             continue
         rows = []
         fig = plt.figure(figsize=(6, 3.5))
-        for (strategy,), members in sorted(by_strategy.items(), key=lambda kv: _order(kv[0][0])):
+        strategies = _groups(group, lambda r: (r["strategy"],))
+        for (strategy,), members in sorted(strategies.items(), key=lambda kv: _order(kv[0][0])):
             members.sort(key=lambda r: r["batch"])
-            smallest = _loss(members[0])
+            smallest = _loss(members[0]) if members[0]["batch"] == batches[0] else None
             for r in members:
                 loss = _loss(r)
                 rows.append(

@@ -49,12 +49,15 @@ def test_the_report_compares_runs_by_their_axes_and_drops_stale_figures(tmp_path
     _record(out, "sync", 4, 8, [3.0, 2.0], ["equal_speed"])
     _record(out, "sync", 4, 32, [3.2, 2.4], ["equal_speed"])
     _record(out, "adpsgd_random", 4, 8, [3.1, 2.2], ["spectral"])
+    _record(out, "adpsgd_fixed", 4, 32, [3.1, 2.5], ["batch"])  # its batch-8 run is missing
     (docs / "study").mkdir(parents=True)
     (docs / "study" / "stragglers_old_n64_b192.png").write_bytes(b"stale")
     text = write_report(out, docs).read_text()
     assert "| sync | 8 | 0.08 | 2.000 | 1.000 |" in text and "| sync | 32 | 0.32 | 2.400 | 1.200 |" in text
-    assert "| adpsgd_random | 8 |" not in text  # one batch only: nothing to compare
+    # Seen in the field: an intact run whose baseline was missing lost its row.
+    assert "| adpsgd_random | 8 | 0.08 | 2.200 | 1.000 |" in text  # its own group's smallest batch
+    assert "| adpsgd_fixed | 32 | 0.32 | 2.500 | — |" in text  # kept, nothing to compare it with
     assert "### Stragglers" not in text  # no straggler run: no empty section
     assert "| m | 4 | 8 | random |" in text  # the spectral table takes every ADPSGD run
     figures = sorted(p.name for p in (docs / "study").glob("*.png"))
-    assert figures == ["batch_m_n4.png", "equal_m_n4_b8.png"]
+    assert figures == ["batch_m_n4.png", "equal_m_n4_b32.png", "equal_m_n4_b8.png"]
