@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+from collections.abc import Callable
 
 __all__ = ["STACK_BYTES", "install", "installed", "quiet_worker"]
 
@@ -42,7 +43,7 @@ _stacks: dict[int, ctypes.Array] = {}  # thread id -> its stack's memory (kept f
 _lock = threading.Lock()
 
 
-def _sigaltstack() -> object | None:
+def _sigaltstack() -> Callable[..., int] | None:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         fn = libc.sigaltstack

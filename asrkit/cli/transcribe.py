@@ -94,7 +94,8 @@ def _transcribe(args: argparse.Namespace) -> int:
     else:
         recognizers = [recognizer]
         search = recognizer.search(method)
-    ctm, failed, low = [], 0, defaultdict(list)
+    ctm: list[str] = []
+    failed, low = 0, defaultdict[int, list[str]](list)
     # One file at a time, start to finish: memory holds the longest file, not all of them,
     # and a bad file is reported and skipped.
     for i, path in enumerate(args.audio):
@@ -161,7 +162,7 @@ def _transcribe_hybrid(args: argparse.Namespace, recognizer: Recognizer, setting
     hybrid = HybridRecognizer(
         args.exp_dir, settings, subsample=int(getattr(recognizer.model, "subsample", 1))
     )
-    failed, low = 0, defaultdict(list)
+    failed, low = 0, defaultdict[int, list[str]](list)
     for i, path in enumerate(args.audio):
         loaded = _load(args, path, recognizer.features.sample_rate, low)
         if loaded is None:

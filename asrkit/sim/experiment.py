@@ -66,7 +66,7 @@ STEP_COST_KEYS = (
 def _plain(cfg: AsrkitConfig) -> dict[str, Any]:
     plain = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     assert isinstance(plain, dict)
-    return plain
+    return {str(k): v for k, v in plain.items()}
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

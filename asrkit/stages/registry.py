@@ -153,9 +153,7 @@ def _with_inputs(digest: str, paths: list[Path]) -> str:
     for path in sorted(paths):
         sha.update(str(path).encode() + b"\0")
         try:
-            with path.open("rb") as handle:
-                for block in iter(lambda handle=handle: handle.read(1 << 20), b""):
-                    sha.update(block)
+            sha.update(path.read_bytes())  # small text files (an imported dir's top level)
         except OSError:
             sha.update(b"\0missing")
     return sha.hexdigest()[:16]
