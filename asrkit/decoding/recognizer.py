@@ -38,6 +38,33 @@ log = logging.getLogger(__name__)
 
 #: Where stage 5 records the search it tuned, inside the experiment dir.
 DECODE_SETTINGS = "decoding.json"
+#: Input frames one forward pass takes at most (30 s at 10 ms). A longer utterance is cut
+#: into pieces at its quietest frame in the last quarter of each window (a 3-minute file in
+#: one pass took 1.6 GB, growing with its length); the pieces' outputs are joined, so the
+#: search sees the whole utterance and memory is bounded by a piece.
+MAX_CHUNK_FRAMES = 3000
+
+
+def cut_points(feats: np.ndarray, *, most: int = MAX_CHUNK_FRAMES, multiple: int = 1) -> list[int]:
+    """Boundaries ``[0, ..., T]`` of pieces of ``feats`` ``(T, D)`` of at most ``most``
+    frames, each but the last a multiple of ``multiple`` (the model's subsampling, so the
+    pieces' outputs join into the whole's), cut where the frame mean (the log-energy, in
+    normalised filterbanks) is lowest in the last quarter of each window."""
+    total = int(feats.shape[0])
+    most = max(multiple, most - most % multiple)
+    bounds, start = [0], 0
+    energy = feats.mean(axis=1) if total > most else None
+    while total - start > most:
+        assert energy is not None
+        low = start + most * 3 // 4
+        cut = low + int(np.argmin(energy[low : start + most]))
+        cut -= (cut - start) % multiple
+        if cut <= start:
+            cut = start + most
+        bounds.append(cut)
+        start = cut
+    bounds.append(total)
+    return bounds
 
 
 @dataclasses.dataclass
@@ -85,8 +112,10 @@ class Recognizer:
         model: str = "model.pt",
         device: str | torch.device = "cpu",
         max_frames: int = 40000,
+        max_chunk_frames: int = MAX_CHUNK_FRAMES,
     ) -> None:
         self.exp_dir = Path(exp_dir)
+        self.max_chunk_frames = max_chunk_frames
         self.device = torch.device(device)
         self.model, self.meta = load_model_bundle(self.exp_dir / model, device=self.device)
         self.features = FeatureConfig(**self.meta["features"])
@@ -132,16 +161,37 @@ class Recognizer:
         loader's planner and read batch by batch (a streamed set is never held whole)."""
         source = as_source(data)
         reader = source.reader()
+        lengths = np.asarray(source.lengths)
+        short = np.flatnonzero(lengths <= self.max_chunk_frames)
         try:
-            for idx in plan_buckets(source.lengths, max_frames=self.max_frames, max_batch=64):
-                batch = reader.read_batch(idx).to(self.device)
-                result = self.model(batch.feats, batch.lengths)
-                if head not in result:
-                    raise ConfigError(f"{self.exp_dir}: the model has no {head!r} output")
+            for idx in plan_buckets(lengths[short], max_frames=self.max_frames, max_batch=64):
+                batch = reader.read_batch(short[idx]).to(self.device)
+                result = self._forward(batch.feats, batch.lengths, head)
                 for b, utt in enumerate(batch.utts):
                     yield utt, result[head][b, : int(result["lengths"][b])].cpu()
+            for i in np.flatnonzero(lengths > self.max_chunk_frames).tolist():
+                (utt,) = reader.read([i])
+                yield utt.utt, self._chunked(utt.feats, head)
         finally:
             reader.close()
+
+    def _forward(self, feats: torch.Tensor, lengths: torch.Tensor, head: str) -> dict[str, torch.Tensor]:
+        result = self.model(feats, lengths)
+        if head not in result:
+            raise ConfigError(f"{self.exp_dir}: the model has no {head!r} output")
+        return result
+
+    def _chunked(self, feats: np.ndarray, head: str) -> torch.Tensor:
+        """``head``'s output for one long utterance, piece by piece (:func:`cut_points`)."""
+        bounds = cut_points(
+            feats, most=self.max_chunk_frames, multiple=int(getattr(self.model, "subsample", 1))
+        )
+        pieces = []
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            piece = torch.from_numpy(np.ascontiguousarray(feats[a:b]))[None].to(self.device)
+            result = self._forward(piece, torch.tensor([b - a]), head)
+            pieces.append(result[head][0, : int(result["lengths"][0])].cpu())
+        return torch.cat(pieces)
 
     def posteriors(self, utts: UtteranceSource | Sequence[Utterance]) -> list[tuple[str, torch.Tensor]]:
         """``(utterance, (T', V) log-probabilities)`` of the output that decodes to tokens."""
