@@ -170,8 +170,8 @@ class Recognizer:
                 for b, utt in enumerate(batch.utts):
                     yield utt, result[head][b, : int(result["lengths"][b])].cpu()
             for i in np.flatnonzero(lengths > self.max_chunk_frames).tolist():
-                (utt,) = reader.read([i])
-                yield utt.utt, self._chunked(utt.feats, head)
+                (whole,) = reader.read([i])
+                yield whole.utt, self._chunked(whole.feats, head)
         finally:
             reader.close()
 
