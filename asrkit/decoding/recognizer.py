@@ -136,6 +136,13 @@ class Recognizer:
                     "set's cmvn_global.ark here, or retrain (stage 4)"
                 )
             stats = read_cmvn(stats_file)
+            dim = int(self.model.input_dim)
+            if stats.shape[-1] - 1 != dim:  # Kaldi's stats: (2, D + 1), the count last
+                raise DataError(
+                    f"{stats_file}: stats of {stats.shape[-1] - 1}-dim features, but "
+                    f"{self.exp_dir / model} reads {dim}-dim ones; the stats belong to another "
+                    "experiment — copy this model's training set's cmvn_global.ark here, or retrain (stage 4)"
+                )
         self.normalize = CmvnNormalizer(
             self.meta["cmvn"], global_stats=stats, norm_vars=self.features.norm_vars
         )

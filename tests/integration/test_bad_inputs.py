@@ -730,6 +730,23 @@ def _(w: Work):
     ]
 
 
+@case("transcribe-cmvn-stats-of-another-model")
+def _(w: Work):
+    # Seen in the field: a model beside another experiment's stats gave a numpy traceback.
+    w.trained()
+    stats = w.exp / "cmvn_global.ark"
+    import kaldi_io
+
+    with open(stats, "wb") as out:  # as the feature stage writes it: one matrix, no key
+        kaldi_io.write_mat(out, np.ones((2, 41), dtype=np.float64))
+    return Run(["transcribe", str(w.exp), str(w.audio("spk1-utt0"))]), [
+        str(stats),
+        "40-dim",
+        str(w.exp / "model.pt"),
+        "23-dim",
+    ]
+
+
 @case("decode-model-of-other-units")
 def _(w: Work):
     w.trained()
