@@ -293,6 +293,18 @@ def _run_stage(ctx: StageContext, typed: AsrkitConfig, current: Stage, *, pipeli
         if current.on_skip is not None:
             current.on_skip(ctx)
         return
+    if current.shared and record.is_file() and not force and not gone:
+        # Another experiment on this data root built it with other settings: the features
+        # every experiment here reads are about to change under them.
+        log.warning(
+            "stage %d (%s): %s was built with other settings (%s); rebuilding it for this run — "
+            "experiments that share data_root share what it holds (give this one its own data_root "
+            "and feats_root to keep both)",
+            current.number,
+            current.name,
+            ctx.data_root,
+            _record_differences(record, settings)[3],
+        )
     record.unlink(missing_ok=True)
     log.info("stage %d (%s): start — %s", current.number, current.name, current.description)
     began = time.monotonic()
@@ -319,6 +331,22 @@ def _run_stage(ctx: StageContext, typed: AsrkitConfig, current: Stage, *, pipeli
 
 #: Where ``--force`` keeps a finished experiment's model and scores while it trains anew.
 PREVIOUS_DIR = "previous"
+
+
+def _record_differences(record: Path, settings: dict) -> tuple[dict, dict, list[str], str]:
+    """A stage record's settings and ``settings``, flat; the keys that differ; and the
+    first three as ``key: theirs there, ours here``."""
+    try:
+        theirs = _flat(json.loads(record.read_text()).get("settings", {}))
+    except (OSError, ValueError, AttributeError):
+        theirs = {}
+    ours = _flat(settings)
+    keys = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
+    shown = ", ".join(
+        f"{k}: {theirs.get(k, '(unset)')} there, {ours.get(k, '(unset)')} here" for k in keys[:3]
+    )
+    shown = (shown or "not recorded") + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    return theirs, ours, keys, shown
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -356,18 +384,9 @@ def _guard_finished_training(
     if _finished(record, digest) and not force:
         return None
     if not force:
-        try:
-            theirs = _flat(json.loads(record.read_text()).get("settings", {}))
-        except (OSError, ValueError, AttributeError):
-            theirs = {}
-        ours = _flat(settings)
-        keys = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
+        theirs, ours, keys, shown = _record_differences(record, settings)
         if resume_mode(typed.resume) == "true" and _extendable(keys, theirs, ours, typed):
             return None  # the trainer goes on from the finished run's last state
-        shown = ", ".join(
-            f"{k}: {theirs.get(k, '(unset)')} there, {ours.get(k, '(unset)')} here" for k in keys[:3]
-        )
-        shown = (shown or "not recorded") + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
         raise ConfigError(
             f"{ctx.exp_dir} holds a finished model trained with other settings ({shown}); "
             f"to keep both, give this run its own dir (name=NEW_NAME); to replace it, add --force (the "

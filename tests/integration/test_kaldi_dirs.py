@@ -156,3 +156,38 @@ def test_two_runs_on_one_fresh_data_root_build_it_one_at_a_time(tmp_path: Path) 
     assert sum("being built by another run" in e for e in errs) >= 1 or any("already done" in e for e in errs)
     assert sum("stage 2 (features): start" in e for e in errs) == 1, [e[-2000:] for e in errs]
     assert not (tmp_path / "shared" / "data" / ".lock.data").exists()
+
+
+def test_features_rebuilt_with_other_settings_on_a_shared_data_root_say_so(tmp_path: Path) -> None:
+    """Seen in the field: two experiments with other feature settings on one data root
+    both exited 0 and the first one's features were replaced without a word."""
+    for i, name in enumerate(("train", "train_dev", "test")):
+        make_data_dir(tmp_path / "data" / name, utts=3, seed=10 * i)
+    common = [f"data_root={tmp_path / 'data'}", f"feats_root={tmp_path / 'fbank'}", "features.nj=1"]
+    first = run_cli(
+        "run",
+        "--stage",
+        "2",
+        "--stop-stage",
+        "2",
+        f"exp_dir={tmp_path / 'a'}",
+        *common,
+        "features.num_mel_bins=23",
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_cli(
+        "run",
+        "--stage",
+        "2",
+        "--stop-stage",
+        "2",
+        f"exp_dir={tmp_path / 'b'}",
+        *common,
+        "features.num_mel_bins=40",
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    warning = [ln for ln in second.stderr.splitlines() if "was built with other settings" in ln]
+    assert len(warning) == 1 and "features.num_mel_bins: 23 there, 40 here" in warning[0], second.stderr[
+        -3000:
+    ]
+    assert "share data_root" in warning[0]
