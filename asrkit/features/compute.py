@@ -191,7 +191,14 @@ def compute_features_for_dir(
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
         if is_disk_full(err):
-            raise disk_full(feats_dir, fix="free space or set feats_root") from None
+            # Name the write that failed: the stats and lists go to the data dir, the
+            # archives to feats_dir, and the two may be on different disks.
+            failed = getattr(err, "filename", None) or str(err).split(":", 1)[0]
+            in_data = Path(failed).resolve().is_relative_to(data_dir.resolve())
+            where, setting = (failed, "data_root") if in_data else (feats_dir, where_set)
+            raise disk_full(
+                where, fix=f"{data_dir}'s previous features are intact; free space or set {setting}"
+            ) from None
         raise
     for path in old_arks - listed_arks(data_dir):
         if Path(path).parent == feats_dir.resolve():  # asrkit's own, not a user's

@@ -162,3 +162,25 @@ def test_a_gmm_dir_that_cannot_be_written_leaves_no_tmp_dir(tmp_path: Path) -> N
     with pytest.raises(OSError):
         write_alignment_dir(tmp_path / "tri1", NoSpace(), AlignResult({}, [], 0, 0.0, 0))  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_under_the_data_dir_is_named_as_such(tmp_path: Path, disk: Path) -> None:
+    """Seen in the field: disk-full messages named the features dir and advised
+    feats_root when the data dir's disk was the full one."""
+    data = disk / "data"
+    for i, name in enumerate(("train", "train_dev", "test")):
+        make_data_dir(data / name, utts=2, seed=10 * i)
+    _fill(disk, leave=4096)
+    result = run_cli(
+        "run",
+        "--stage",
+        "2",
+        "--stop-stage",
+        "2",
+        f"data_root={data}",
+        f"feats_root={tmp_path / 'fbank'}",
+        f"exp_dir={tmp_path / 'exp'}",
+        *SMALL,
+    )
+    line = assert_one_line_error(result, str(data), "no space left on the device", "set data_root")
+    assert "feats_root" not in line
