@@ -147,6 +147,7 @@ def test_a_signalled_job_requeues_itself_and_ends_with_the_model_of_an_unstopped
     assert state == "COMPLETED", log[-3000:]
     assert "asrkit: stopped by SIGTERM" in log and "requeueing job" in log, log[-3000:]
     assert "(restart 1)" in log and "resuming from" in log, log[-3000:]
+    assert "lines Slurm writes next are this requeue, not a failure" in log, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
     ours = torch.load(exp / "model.pt", map_location="cpu", weights_only=False)["model"]
     theirs = torch.load(tmp_path / "reference" / "model.pt", map_location="cpu", weights_only=False)["model"]
