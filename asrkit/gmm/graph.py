@@ -146,8 +146,8 @@ def make_g(arpa_path: str | os.PathLike, lang: Lang, *, max_order: int = -1) -> 
     """``G.fst`` of an ARPA LM over the words of ``lang`` (Kaldi's ``format_lm.sh``).
 
     N-grams that contain a word not in ``lang``'s ``words.txt`` (an LM's ``<unk>``, or words
-    the lexicon lacks) are skipped, as Kaldi's ``arpa2fst`` skips them, with one warning that
-    counts them and names the most frequent words.
+    the lexicon lacks) or its unknown word (``oov.txt``) are skipped, as Kaldi's ``arpa2fst``
+    skips them, with one warning that counts them and names the most frequent words.
 
     Args:
         arpa_path: the ARPA file (plain text).
@@ -163,7 +163,11 @@ def make_g(arpa_path: str | os.PathLike, lang: Lang, *, max_order: int = -1) -> 
     """
     arpa = Path(arpa_path)
     start = time.perf_counter()
-    counts, oov, skipped = _scan_arpa(arpa, lang.words)
+    # The lang's unknown word (oov.txt) is for aligning transcripts; G leaves it out, so a
+    # decoder never outputs <unk> through its spoken-noise phone, which has no training data
+    # when every training word is in the lexicon (its prior-scaled score would win).
+    words = {w: i for w, i in lang.words.items() if w != lang.oov}
+    counts, oov, skipped = _scan_arpa(arpa, words)
     if oov:
         top = sorted(oov.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
         log.warning(
@@ -177,6 +181,8 @@ def make_g(arpa_path: str | os.PathLike, lang: Lang, *, max_order: int = -1) -> 
         )
     with tempfile.TemporaryDirectory(prefix="asrkit-g-") as tmp:
         out = Path(tmp) / "G.fst"
+        table = Path(tmp) / "words.txt"
+        table.write_text("".join(f"{w} {i}\n" for w, i in sorted(words.items(), key=lambda kv: kv[1])))
         done = subprocess.run(
             [
                 sys.executable,
@@ -184,7 +190,7 @@ def make_g(arpa_path: str | os.PathLike, lang: Lang, *, max_order: int = -1) -> 
                 _ARPA2FST,
                 str(arpa),
                 str(out),
-                str(lang.path / "words.txt"),
+                str(table),
                 str(max_order),
             ],
             capture_output=True,

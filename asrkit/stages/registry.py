@@ -16,6 +16,7 @@ decoded through HCLG). The corpus stages 0-3 are the same in both.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -259,8 +260,18 @@ def _run_locked(
             # Shared data dirs are built by one run at a time; a run that waited finds the
             # stage done by the other (or with other settings: then it runs it).
             shared = current.shared and launched_rank() == "0" and typed.strategy.node_rank == 0
-            with experiment_lock(ctx.data_root, name=DATA_LOCK_NAME, wait=True) if shared else nullcontext():
-                _run_stage(ctx, typed, current, pipeline=pipeline, force=force)
+            existed = ctx.data_root.exists()
+            try:
+                with (
+                    experiment_lock(ctx.data_root, name=DATA_LOCK_NAME, wait=True)
+                    if shared
+                    else nullcontext()
+                ):
+                    _run_stage(ctx, typed, current, pipeline=pipeline, force=force)
+            finally:
+                if shared and not existed:  # made for the lock by a stage that wrote nothing
+                    with contextlib.suppress(OSError):
+                        ctx.data_root.rmdir()
         if previous is not None:  # the new run finished: the model it replaced goes
             shutil.rmtree(previous, ignore_errors=True)
             log.info("removed %s (the model this run replaced)", previous)

@@ -184,8 +184,10 @@ def test_gmm_stage_writes_kaldi_lang_and_gmm_dirs(hybrid: Hybrid) -> None:
         assert tree.num_pdfs == model.num_pdfs, name
         assert (tree.context_width, tree.central_position) == ((1, 0) if name == "mono" else (3, 1)), name
         pdfs[name] = model.num_pdfs
-    # Monophones: 3 states per lexicon phone, 5 for SIL. Triphones: at most gmm.tri_leaves.
-    assert pdfs["mono"] == 3 * len(lexicon_phones) + 5
+    # Monophones: 3 states per lexicon phone and the unknown word's SPN, 5 for SIL.
+    # Triphones: at most gmm.tri_leaves.
+    assert "<unk>" in words and "SPN" in phones and (lang / "oov.txt").read_text().strip() == "<unk>"
+    assert pdfs["mono"] == 3 * (len(lexicon_phones) + 1) + 5
     assert pdfs["mono"] < pdfs["tri1"] <= 150
     # The last system aligned the training and dev sets for the network.
     tri1 = (hybrid.gmm / "tri1" / "final.mdl").read_bytes()
@@ -322,17 +324,24 @@ def test_a_dev_word_missing_from_the_lexicon_aligns_as_the_unknown_word(
 ) -> None:
     """Seen in the field: a dev word missing from the lexicon stopped stage 4 at the dev
     alignment, after the whole mono and triphone training. It aligns as <unk> (SPN), as
-    in Kaldi's recipes; a training word missing is still an error, before training."""
+    in Kaldi's recipes, or its utterance is left out of the dev alignments if that fails;
+    a training word missing is still an error, before training."""
     for name in SETS:
         data = read_data_dir(hybrid.data / name)
         write_data_dir(tmp_path / "data" / name, data.subset(data.utt_ids[: 6 if name == "train" else 2]))
     text = tmp_path / "data" / "train_dev" / "text"
     utt, words = next(iter(read_kaldi_map(text).items()))
-    text.write_text(text.read_text().replace(f"{utt} {words}\n", f"{utt} {words} ZYZZYVA\n", 1))
-    result = run_cli(*_stages(4, 4, *_args(tmp_path)))
+    spoken = words.split()  # a word that is spoken, spelled as one the lexicon lacks
+    unknown = " ".join(["ZYZZYVA", *spoken[1:]])
+    text.write_text(text.read_text().replace(f"{utt} {words}\n", f"{utt} {unknown}\n", 1))
+    # GMMs of 6 utterances may fail the other dev utterance: that is not what is tested here.
+    result = run_cli(*_stages(4, 4, *_args(tmp_path, "gmm.max_fail=0.5")))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "1 word(s) not in the lexicon aligned as <unk>" in result.stderr
-    assert utt in read_alignments(str(tmp_path / "exp" / "gmm" / "ali_train_dev"))
+    # Aligned through <unk>, or (its phone untrained here: no training word is unknown) left
+    # out of the dev alignments with a note, without counting against gmm.max_fail.
+    aligned = utt in read_alignments(str(tmp_path / "exp" / "gmm" / "ali_train_dev"))
+    assert aligned or f"did not align (first: {utt}); left out" in result.stderr, result.stderr[-3000:]
 
 
 def test_transcribe_a_hybrid_experiment_agrees_with_its_decoding_stage(hybrid: Hybrid) -> None:
