@@ -93,10 +93,13 @@ def gmm(ctx: StageContext) -> None:
     root = gmm_dir(ctx)
     began = time.monotonic()
     lexicon = read_pronunciations(_lexicon_path(ctx), keep_stress=ctx.cfg.tokenizer.keep_stress)
-    # Words of a transcript that the lexicon lacks (5% of speechocean762's dev words) align
-    # as Kaldi's recipes align them: as the unknown word, a spoken-noise phone of its own.
-    lexicon = {**lexicon, UNK_WORD: lexicon.get(UNK_WORD, [(UNK_PHONE,)])}
-    lang = prepare_lang(lexicon, root / "lang", oov_word=UNK_WORD)
+    # Dev words the lexicon lacks (5% of speechocean762's) align as Kaldi's recipes align
+    # them: as the unknown word, a spoken-noise phone of its own. Only when there are any:
+    # otherwise the lang, and every system after it, is what it was without one.
+    dev_text = read_data_dir(ctx.data_root / ctx.cfg.data.dev_set).text or {}
+    if any(w not in lexicon for t in dev_text.values() for w in t.split()):
+        lexicon = {**lexicon, UNK_WORD: lexicon.get(UNK_WORD, [(UNK_PHONE,)])}
+    lang = prepare_lang(lexicon, root / "lang", oov_word=UNK_WORD if UNK_WORD in lexicon else "")
     log.info("lang: %d phones, %d words -> %s", len(lang.real_phones), len(lang.words) - 4, root / "lang")
     mfcc = replace(ctx.cfg.features, kind="mfcc", num_mel_bins=23, num_ceps=13, nj=cfg.nj)
     for name in _gmm_sets(ctx):

@@ -184,10 +184,10 @@ def test_gmm_stage_writes_kaldi_lang_and_gmm_dirs(hybrid: Hybrid) -> None:
         assert tree.num_pdfs == model.num_pdfs, name
         assert (tree.context_width, tree.central_position) == ((1, 0) if name == "mono" else (3, 1)), name
         pdfs[name] = model.num_pdfs
-    # Monophones: 3 states per lexicon phone and the unknown word's SPN, 5 for SIL.
-    # Triphones: at most gmm.tri_leaves.
-    assert "<unk>" in words and "SPN" in phones and (lang / "oov.txt").read_text().strip() == "<unk>"
-    assert pdfs["mono"] == 3 * (len(lexicon_phones) + 1) + 5
+    # Monophones: 3 states per lexicon phone, 5 for SIL (every dev word is in the lexicon:
+    # no <unk> and no SPN). Triphones: at most gmm.tri_leaves.
+    assert "<unk>" not in words and "SPN" not in phones
+    assert pdfs["mono"] == 3 * len(lexicon_phones) + 5
     assert pdfs["mono"] < pdfs["tri1"] <= 150
     # The last system aligned the training and dev sets for the network.
     tri1 = (hybrid.gmm / "tri1" / "final.mdl").read_bytes()
@@ -338,6 +338,8 @@ def test_a_dev_word_missing_from_the_lexicon_aligns_as_the_unknown_word(
     result = run_cli(*_stages(4, 4, *_args(tmp_path, "gmm.max_fail=0.5")))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "1 word(s) not in the lexicon aligned as <unk>" in result.stderr
+    lang = tmp_path / "exp" / "gmm" / "lang"
+    assert "SPN" in read_symbols(lang / "phones.txt") and (lang / "oov.txt").read_text().strip() == "<unk>"
     # Aligned through <unk>, or (its phone untrained here: no training word is unknown) left
     # out of the dev alignments with a note, without counting against gmm.max_fail.
     aligned = utt in read_alignments(str(tmp_path / "exp" / "gmm" / "ali_train_dev"))
