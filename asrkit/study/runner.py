@@ -77,9 +77,9 @@ def run_study(
             pending.append(run)
     out.mkdir(parents=True, exist_ok=True)
     listing = [{"name": r.name, **dataclasses.asdict(r), "overrides": plan.overrides(r)} for r in runs]
-    if before is not None:  # a plan that chooses other runs adds them; the study's stay listed
-        names = {r["name"] for r in listing}
-        listing = [r for r in before.get("runs", []) if r.get("name") not in names] + listing
+    if before is not None:  # a plan that chooses other runs adds them; the study's stay listed, in order
+        known = {r.get("name") for r in before.get("runs", [])}
+        listing = [*before.get("runs", []), *(r for r in listing if r["name"] not in known)]
         settings = {**settings, "plan": before.get("plan", settings["plan"])}
     record = json.dumps({**settings, "runs": listing}, indent=2)
     if before is None or json.loads(record) != before:

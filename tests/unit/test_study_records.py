@@ -97,3 +97,18 @@ def test_a_finished_study_runs_nothing_and_its_report_names_what_is_missing(tmp_
     with pytest.raises(DataError) as err:
         run_study(plan, tmp_path, network=NETWORKS["infiniband"], config_dir=CONF)
     assert str(tmp_path / "plan.json") in str(err.value)
+
+
+def test_another_plan_in_the_dir_adds_its_runs_and_drops_none_of_the_studys(tmp_path: Path) -> None:
+    """Seen in the field: `study run --plan pilot` in the study's dir replaced plan.json."""
+    import dataclasses
+
+    study = dataclasses.replace(_plan(), headline_seeds=(1, 2))
+    names = _finish(tmp_path, study)
+    run_study(study, tmp_path, network=NETWORKS["infiniband"], config_dir=CONF)
+    before = read_record(tmp_path / "plan.json")
+    fewer = dataclasses.replace(study, headline_seeds=(1,))  # a subset: every run finished
+    counts = run_study(fewer, tmp_path, network=NETWORKS["infiniband"], config_dir=CONF)
+    assert counts["run_now"] == 0 and counts["finished_before"] < len(names)
+    after = read_record(tmp_path / "plan.json")
+    assert after == before and sorted(r["name"] for r in after["runs"]) == sorted(names)
