@@ -95,4 +95,6 @@ def test_without_the_alternate_stack_the_same_loop_crashes(tmp_path: Path) -> No
     status, sent, output = _train_under_signals(tmp_path, seconds=8.0, import_asrkit=False)
     if status == 0:
         pytest.skip(f"no crash in {sent} signals without the alternate stack on this machine")
-    assert status in (-signal.SIGABRT, -signal.SIGSEGV), (status, output[-2000:])
+    # Seen: glibc's abort (-6), a segfault (-11), or oneDNN failing ("could not execute a
+    # primitive") and the process then ended by a signal whose handler had gone (-10).
+    assert status < 0 or "could not execute a primitive" in output, (status, output[-2000:])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -287,7 +288,11 @@ def test_signals_stop_asrkit_simulate_in_one_line_and_it_runs_again(tmp_path: Pa
         err = log.read_text()
         assert proc.returncode == STOPPED_EXIT, err[-3000:]
         lines = [ln for ln in err.splitlines() if ln.startswith("asrkit:")]
-        assert len(lines) == 1 and f"stopped by {first.name}" in lines[0], err[-3000:]
+        # The burst's SIGINT may be named though its SIGTERM came first (handlers of signals
+        # that arrive during one C call run in signal-number order).
+        assert len(lines) == 1 and re.search(r"stopped by SIG(INT|TERM) during the simulation", lines[0]), (
+            err[-3000:]
+        )
         assert "terminate called" not in err and "Traceback" not in err, err[-3000:]
         assert not (out / "sim.json").exists()
     short = [s if s != "train.epochs=30" else "train.epochs=2" for s in settings]
