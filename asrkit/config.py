@@ -325,6 +325,26 @@ NOT_OUTPUT_SETTINGS = frozenset(
 HASHED_WHEN_CHANGED: dict[str, Any] = {"optim.fused": False}
 
 
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """A nested settings dict as ``{"section.key": value}`` (what messages name)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def differences(theirs: dict[str, Any], ours: dict[str, Any], *, most: int = 3) -> tuple[list[str], str]:
+    """The flat keys whose values differ between two settings dicts, and the first ``most``
+    as ``key: theirs there, ours here`` (for a message about a record made with others)."""
+    unset = "(unset)"
+    keys = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k, unset) != ours.get(k, unset)]
+    shown = ", ".join(f"{k}: {theirs.get(k, unset)} there, {ours.get(k, unset)} here" for k in keys[:most])
+    return keys, shown + (f" and {len(keys) - most} more" if len(keys) > most else "")
+
+
 def settings_hash(cfg: AsrkitConfig, keys: Sequence[str], *, exclude: Sequence[str] = ()) -> tuple[str, dict]:
     """A short hash of the top-level config ``keys`` (less :data:`NOT_OUTPUT_SETTINGS`,
     the dotted ``exclude`` and :data:`HASHED_WHEN_CHANGED` at their defaults), and the

@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from asrkit.config import NOT_OUTPUT_SETTINGS, AsrkitConfig
+from asrkit.config import NOT_OUTPUT_SETTINGS, AsrkitConfig, differences, flatten
 from asrkit.errors import ConfigError, DataError
 from asrkit.sim.network import Network
 
@@ -69,20 +69,10 @@ def _plain(cfg: AsrkitConfig) -> dict[str, Any]:
     return {str(k): v for k, v in plain.items()}
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def run_settings(cfg: AsrkitConfig, network: Network) -> dict[str, Any]:
     """The settings a simulated run's result depends on, flat (``strategy.learners``:
     value), with the network; the step cost is keyed separately and recorded beside."""
-    flat = _flat({key: _plain(cfg)[key] for key in RUN_SECTIONS})
+    flat = flatten({key: _plain(cfg)[key] for key in RUN_SECTIONS})
     chosen = {k: v for k, v in flat.items() if k not in NOT_OUTPUT_SETTINGS}
     chosen.update(
         {"network.bandwidth_gbps": network.bandwidth_gbps, "network.latency_us": network.latency_us}
@@ -95,7 +85,7 @@ def step_cost_settings(cfg: AsrkitConfig) -> dict[str, Any]:
     learner's batch caps."""
     from asrkit.sim.calibrate import learner_batch_caps
 
-    flat = _flat(_plain(cfg))
+    flat = flatten(_plain(cfg))
     chosen = {k: v for k, v in flat.items() if any(k == p or k.startswith(p + ".") for p in STEP_COST_KEYS)}
     max_batch, max_frames = learner_batch_caps(cfg)
     chosen.update({"learner.max_batch": max_batch, "learner.max_frames": max_frames})
@@ -133,14 +123,6 @@ def _read_record(path: Path) -> dict[str, Any]:
         ) from None
 
 
-def _differences(theirs: dict[str, Any], ours: dict[str, Any], *, most: int = 3) -> str:
-    keys = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k, "(unset)") != ours.get(k, "(unset)")]
-    shown = ", ".join(
-        f"{k}: {theirs.get(k, '(unset)')} there, {ours.get(k, '(unset)')} here" for k in keys[:most]
-    )
-    return shown + (f" and {len(keys) - most} more" if len(keys) > most else "")
-
-
 def simulate_experiment(
     cfg: AsrkitConfig,
     *,
@@ -175,7 +157,7 @@ def simulate_experiment(
         record = _read_record(out / "sim.json")
         theirs = record.get("settings")
         if record.get("settings_hash") != settings_digest(settings):
-            what = _differences(theirs, settings) if isinstance(theirs, dict) else "it records no settings"
+            what = differences(theirs, settings)[1] if isinstance(theirs, dict) else "it records no settings"
             raise ConfigError(
                 f"{out} holds a finished simulation with other settings ({what}); give another "
                 "--out to keep both, or --force to replace it"

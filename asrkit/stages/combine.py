@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from asrkit.config import AsrkitConfig, compose, settings_hash, to_object
+from asrkit.config import AsrkitConfig, compose, flatten, settings_hash, to_object
 from asrkit.data.io import atomic_write
 from asrkit.decoding.combine import CombinationSettings, CombinedRecognizer, pick
 from asrkit.decoding.recognizer import check_exp_dir, write_and_score
@@ -73,7 +73,7 @@ def check_member(ctx: StageContext, index: int, overrides: list[str]) -> AsrkitC
     except ConfigError as err:
         raise ConfigError(f"ensemble.members[{index - 1}]={member!r}: {err}") from None
     shared = stage_settings(2)
-    mine, theirs = _flat(settings_hash(ctx.cfg, shared)[1]), _flat(settings_hash(typed, shared)[1])
+    mine, theirs = flatten(settings_hash(ctx.cfg, shared)[1]), flatten(settings_hash(typed, shared)[1])
     changed = sorted(key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key))
     if changed:
         raise ConfigError(
@@ -87,16 +87,6 @@ def check_member(ctx: StageContext, index: int, overrides: list[str]) -> AsrkitC
             "combination rescores each member's beam search with the LM (decode=beam_lm)"
         )
     return typed
-
-
-def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def available_cores() -> int:

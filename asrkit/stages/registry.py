@@ -33,7 +33,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from asrkit.choices import resume_mode
-from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, settings_hash, to_object
+from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, differences, flatten, settings_hash, to_object
 from asrkit.data.io import atomic_write
 from asrkit.distributed.launch import launched_rank
 from asrkit.errors import ConfigError
@@ -348,25 +348,12 @@ def _record_differences(record: Path, settings: dict) -> tuple[dict, dict, list[
     """A stage record's settings and ``settings``, flat; the keys that differ; and the
     first three as ``key: theirs there, ours here``."""
     try:
-        theirs = _flat(json.loads(record.read_text()).get("settings", {}))
+        theirs = flatten(json.loads(record.read_text()).get("settings", {}))
     except (OSError, ValueError, AttributeError):
         theirs = {}
-    ours = _flat(settings)
-    keys = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
-    shown = ", ".join(
-        f"{k}: {theirs.get(k, '(unset)')} there, {ours.get(k, '(unset)')} here" for k in keys[:3]
-    )
-    shown = (shown or "not recorded") + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
-    return theirs, ours, keys, shown
-
-
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        return {prefix.rstrip("."): tree}
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        out.update(_flat(value, f"{prefix}{key}."))
-    return out
+    ours = flatten(settings)
+    keys, shown = differences(theirs, ours)
+    return theirs, ours, keys, shown or "not recorded"
 
 
 def _guard_finished_training(
