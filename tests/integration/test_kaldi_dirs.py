@@ -26,6 +26,17 @@ def _egs(tmp_path: Path) -> Path:
     return egs
 
 
+def _imports(egs: Path) -> list[str]:
+    """The overrides that import the egs dir's three sets."""
+    return [
+        "data=kaldi",
+        f"data.import_dirs.train={egs}/data/train_nodup",
+        f"data.import_dirs.dev={egs}/data/train_dev",
+        f"+data.import_dirs.eval={egs}/data/eval",
+        "data.test_sets=[eval]",
+    ]
+
+
 def test_imported_kaldi_dirs_train_and_decode_without_being_written(tmp_path: Path) -> None:
     egs = _egs(tmp_path)
     before = _snapshot(egs)
@@ -36,11 +47,7 @@ def test_imported_kaldi_dirs_train_and_decode_without_being_written(tmp_path: Pa
         "0",
         "--stop-stage",
         "5",
-        "data=kaldi",
-        f"data.import_dirs.train={egs}/data/train_nodup",
-        f"data.import_dirs.dev={egs}/data/train_dev",
-        f"+data.import_dirs.eval={egs}/data/eval",
-        "data.test_sets=[eval]",
+        *_imports(egs),
         f"data_root={recipe}/data",
         f"feats_root={recipe}/fbank",
         f"exp_dir={recipe}/exp",
@@ -89,11 +96,7 @@ def test_a_fixed_import_dir_makes_the_data_stage_run_again(tmp_path: Path) -> No
         "1",
         "--stop-stage",
         "1",
-        "data=kaldi",
-        f"data.import_dirs.train={egs}/data/train_nodup",
-        f"data.import_dirs.dev={egs}/data/train_dev",
-        f"+data.import_dirs.eval={egs}/data/eval",
-        "data.test_sets=[eval]",
+        *_imports(egs),
         f"data_root={recipe}/data",
     ]
     first = run_cli(*args)
@@ -119,11 +122,7 @@ def test_two_runs_on_one_fresh_data_root_build_it_one_at_a_time(tmp_path: Path) 
 
     egs = _egs(tmp_path)
     common = [
-        "data=kaldi",
-        f"data.import_dirs.train={egs}/data/train_nodup",
-        f"data.import_dirs.dev={egs}/data/train_dev",
-        f"+data.import_dirs.eval={egs}/data/eval",
-        "data.test_sets=[eval]",
+        *_imports(egs),
         f"data_root={tmp_path}/shared/data",
         f"feats_root={tmp_path}/shared/fbank",
         "features.nj=1",
