@@ -20,6 +20,8 @@ OBJECTIVES = ("ctc", "ce")
 RESUME_MODES = ("auto", "true", "false")
 #: ``optim.name``.
 OPTIMIZERS = ("adam", "sgd")
+#: ``optim.lr_scaling``: how the learning rate follows the global batch (``optim.base_batch``).
+LR_SCALINGS = ("linear", "sqrt")
 #: ``schedule.anneal``.
 ANNEALING = ("none", "cosine", "exponential")
 #: ``features.cmvn`` (and the ``cmvn`` a trained model records).

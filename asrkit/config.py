@@ -322,7 +322,12 @@ NOT_OUTPUT_SETTINGS = frozenset(
 #: Settings added after outputs were made with their default behaviour: they count in a
 #: stage's settings hash only when they differ from this default, so those outputs (and
 #: resume states) stay current.
-HASHED_WHEN_CHANGED: dict[str, Any] = {"optim.fused": False}
+HASHED_WHEN_CHANGED: dict[str, Any] = {
+    "optim.fused": False,
+    "optim.base_batch": 0,
+    "optim.lr_scaling": "linear",
+    "schedule.warmup_epochs": 0.0,
+}
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

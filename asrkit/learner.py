@@ -179,6 +179,9 @@ class LearnerParts:
 
     def log_summary(self, model: LSTMAcousticModel, *, learners: int) -> None:
         cfg = self.cfg
+        advice = averaging_optimizer_advice(cfg, learners)
+        if advice:
+            log.warning("%s", advice)
         log.info(
             "model: %s size, %.2fM parameters; %d train / %d dev utterances (%.1f / %.1f "
             "hours, %s); strategy %s with %d learner(s)",
@@ -192,6 +195,30 @@ class LearnerParts:
             cfg.strategy.name,
             learners,
         )
+
+
+#: An averaging learner whose Adam sees fewer utterances than this per step is warned.
+ADAM_AVERAGING_MIN_BATCH = 16
+
+
+def averaging_optimizer_advice(cfg: AsrkitConfig, learners: int) -> str | None:
+    """A warning for a weight-averaging strategy with Adam at a few utterances per
+    optimizer step (None when the combination is fine): each learner's Adam normalises its
+    own small, noisy gradient, so the average of the learners' steps is shorter than one
+    step on the global batch, where SGD's average is that step (docs/study.md)."""
+    if learners < 2 or cfg.strategy.name not in WEIGHT_AVERAGING or cfg.optim.name != "adam":
+        return None
+    # A HYBRID group's learners sum their gradients: its optimizer sees the group's batch.
+    per_step = cfg.train.max_batch // learners * int(getattr(cfg.strategy, "group_size", 1) or 1)
+    if per_step >= ADAM_AVERAGING_MIN_BATCH:
+        return None
+    return (
+        f"strategy={cfg.strategy.name} averages the weights of learners whose Adam steps on "
+        f"{per_step} utterance(s) each (train.max_batch={cfg.train.max_batch} over {learners} "
+        "learners): Adam normalises each learner's small-batch gradient, so the averaged steps are "
+        "shorter than one step on the global batch and training falls behind SYNC's; use optim=sgd "
+        "with the papers' recipe (docs/distributed-training.md), or larger batches per learner"
+    )
 
 
 def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it: bool) -> LearnerParts:

@@ -33,6 +33,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--bandwidth-gbps", type=float, help="override the network's bandwidth (Gbit/s)")
     parser.add_argument("--latency-us", type=float, help="override the network's latency (microseconds)")
+    scale = parser.add_mutually_exclusive_group()
+    scale.add_argument(
+        "--comm-ratio",
+        type=float,
+        help="charge communication at this ratio of one whole-model exchange's time to one "
+        "learner's mean step of computation (the small model computes, the wire carries a "
+        "larger one; IBM's setups: about 0.15, docs/study.md)",
+    )
+    scale.add_argument(
+        "--bytes-scale",
+        type=float,
+        help="charge every tensor message as this many times its bytes (e.g. the paper-size "
+        "model's bytes over this model's)",
+    )
     parser.add_argument(
         "--out",
         type=Path,
@@ -53,22 +67,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_simulate)
 
 
-def network_from(name: str, bandwidth_gbps: float | None, latency_us: float | None) -> Network:
+def network_from(
+    name: str, bandwidth_gbps: float | None, latency_us: float | None, bytes_scale: float | None = None
+) -> Network:
     base = NETWORKS[name]
     try:
         return Network(
             base.name,
             bandwidth_gbps=base.bandwidth_gbps if bandwidth_gbps is None else bandwidth_gbps,
             latency_us=base.latency_us if latency_us is None else latency_us,
+            bytes_scale=1.0 if bytes_scale is None else bytes_scale,
         )
     except ValueError as err:
-        raise ConfigError(f"{err}; give --bandwidth-gbps > 0 and --latency-us >= 0") from None
+        raise ConfigError(
+            f"{err}; give --bandwidth-gbps > 0, --latency-us >= 0 and --bytes-scale > 0"
+        ) from None
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from asrkit.sim.experiment import simulate_experiment
 
     cfg = to_object(compose(args.overrides, config_dir=args.config_dir, config_name=args.config_name))
-    network = network_from(args.network, args.bandwidth_gbps, args.latency_us)
-    simulate_experiment(cfg, network=network, out=args.out, step_cost=args.step_cost, force=args.force)
+    network = network_from(args.network, args.bandwidth_gbps, args.latency_us, args.bytes_scale)
+    simulate_experiment(
+        cfg,
+        network=network,
+        out=args.out,
+        step_cost=args.step_cost,
+        force=args.force,
+        comm_ratio=args.comm_ratio,
+    )
     return 0

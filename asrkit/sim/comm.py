@@ -45,7 +45,8 @@ class SimWorld:
     """The network between ``size`` simulated learners on ``clock``.
 
     Attributes:
-        bytes_sent: bytes each learner has put on the network (for reports).
+        bytes_sent: bytes each learner has put on the network (for reports; as charged,
+            ``Network.bytes_scale`` included).
     """
 
     def __init__(self, clock: Clock, size: int, network: Network) -> None:
@@ -107,7 +108,7 @@ class SimWorld:
     def send(self, channel: tuple, sender: int, tensor: torch.Tensor) -> None:
         index = self._sent.get(channel, 0)
         self._sent[channel] = index + 1
-        nbytes = tensor.numel() * tensor.element_size()
+        nbytes = self.network.tensor_bytes(tensor.numel() * tensor.element_size())
         self.bytes_sent[sender] += nbytes
         # Not copied: neither side may change an exchanged tensor in place, ever (the
         # Communicator.exchange contract); the receiver gets this very object.
@@ -136,10 +137,6 @@ class _Waiting:
         if not self._done:
             self._result, self._done = self.then(self.event.wait()), True
         return self._result
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
 
 
 class SimCommunicator(Communicator):
@@ -175,15 +172,19 @@ class SimCommunicator(Communicator):
             total += values[r]
         return total
 
+    def _nbytes(self, tensor: torch.Tensor) -> int:
+        """What ``tensor`` counts as on the network (its bytes, scaled: ``Network.bytes_scale``)."""
+        return self.world.network.tensor_bytes(tensor.numel() * tensor.element_size())
+
     def all_reduce(self, tensor: torch.Tensor) -> None:
-        cost = self.world.network.all_reduce_s(_nbytes(tensor), self.size)
+        cost = self.world.network.all_reduce_s(self._nbytes(tensor), self.size)
         # Not copied: this learner waits until every member has given its tensor and the
         # sum (a new tensor) is made, so nothing changes it in between.
         tensor.copy_(self._start("all_reduce", tensor.detach(), self._sum, cost).wait())
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> None:
         value = tensor.detach().clone() if self.rank == src else None
-        cost = self.world.network.broadcast_s(_nbytes(tensor), self.size)
+        cost = self.world.network.broadcast_s(self._nbytes(tensor), self.size)
         result = self._start("broadcast", value, lambda values: values[src], cost).wait()
         if self.rank != src:
             tensor.copy_(result)

@@ -17,13 +17,17 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
 from asrkit.config import NOT_OUTPUT_SETTINGS, AsrkitConfig, differences, flatten
 from asrkit.errors import ConfigError, DataError
 from asrkit.sim.network import Network
+
+if TYPE_CHECKING:
+    from asrkit.learner import LearnerParts
+    from asrkit.sim.run import StepCost
 
 __all__ = ["default_out", "run_settings", "simulate_experiment", "step_cost_settings"]
 
@@ -69,15 +73,47 @@ def _plain(cfg: AsrkitConfig) -> dict[str, Any]:
     return {str(k): v for k, v in plain.items()}
 
 
-def run_settings(cfg: AsrkitConfig, network: Network) -> dict[str, Any]:
+def run_settings(cfg: AsrkitConfig, network: Network, *, comm_ratio: float | None = None) -> dict[str, Any]:
     """The settings a simulated run's result depends on, flat (``strategy.learners``:
-    value), with the network; the step cost is keyed separately and recorded beside."""
+    value), with the network (its ``bytes_scale`` and the ``comm_ratio`` only when they
+    change anything); the step cost is keyed separately and recorded beside."""
     flat = flatten({key: _plain(cfg)[key] for key in RUN_SECTIONS})
     chosen = {k: v for k, v in flat.items() if k not in NOT_OUTPUT_SETTINGS}
     chosen.update(
         {"network.bandwidth_gbps": network.bandwidth_gbps, "network.latency_us": network.latency_us}
     )
+    if network.bytes_scale != 1.0:
+        chosen["network.bytes_scale"] = network.bytes_scale
+    if comm_ratio is not None:
+        chosen["network.comm_ratio"] = comm_ratio
     return dict(sorted(chosen.items()))
+
+
+def mean_step_compute_s(cfg: AsrkitConfig, parts: LearnerParts, cost: StepCost) -> float:
+    """One learner's mean training step of computation: the step cost at its share of the
+    batch caps filled with utterances of the training set's mean length (unpadded), the
+    denominator of a communication ratio."""
+    from asrkit.sim.calibrate import learner_batch_caps
+
+    max_batch, max_frames = learner_batch_caps(cfg)
+    mean_frames = float(parts.train_set.lengths.mean())
+    return cost.step_s + cost.frame_s * min(max_frames, max_batch * mean_frames)
+
+
+def network_at(
+    network: Network, comm_ratio: float | None, cfg: AsrkitConfig, parts: LearnerParts, cost: StepCost
+) -> Network:
+    """``network``, its messages scaled so that one exchange of the whole model takes
+    ``comm_ratio`` x one learner's mean step of computation (None: as it is)."""
+    if comm_ratio is None:
+        return network
+    model_bytes = sum(p.numel() * p.element_size() for p in parts.new_model().parameters())
+    try:
+        return network.at_ratio(
+            comm_ratio, model_bytes=model_bytes, step_s=mean_step_compute_s(cfg, parts, cost)
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def step_cost_settings(cfg: AsrkitConfig) -> dict[str, Any]:
@@ -92,11 +128,11 @@ def step_cost_settings(cfg: AsrkitConfig) -> dict[str, Any]:
     return dict(sorted(chosen.items()))
 
 
-def default_out(cfg: AsrkitConfig, network: Network) -> Path:
+def default_out(cfg: AsrkitConfig, network: Network, *, comm_ratio: float | None = None) -> Path:
     """``<exp_dir>/sim/<strategy>_n<learners>_<network>_seed<seed>_<settings hash>``."""
     from asrkit.sim.run import settings_digest
 
-    digest = settings_digest(run_settings(cfg, network))[:8]
+    digest = settings_digest(run_settings(cfg, network, comm_ratio=comm_ratio))[:8]
     name = f"{cfg.strategy.name}_n{cfg.strategy.learners}_{network.name}_seed{cfg.seed}_{digest}"
     return Path(cfg.exp_dir) / "sim" / name
 
@@ -131,6 +167,7 @@ def simulate_experiment(
     step_cost: Path | None = None,
     force: bool = False,
     signals: bool = True,
+    comm_ratio: float | None = None,
 ) -> tuple[Path, bool]:
     """Simulate ``cfg``'s training into ``out`` (default :func:`default_out`); returns the
     dir and whether it ran now (False: it had finished before and ``force`` is off).
@@ -139,6 +176,8 @@ def simulate_experiment(
     and saved there when missing. ``sim.json`` is
     written last, so a run stopped half-way is simulated again from the start. ``signals``:
     take SIGINT and SIGTERM here (off in a process whose parent handles them).
+    ``comm_ratio``: charge communication so that one whole-model exchange takes this many
+    times one learner's mean step of computation (:func:`network_at`).
     """
     from asrkit.learner import prepare_learner
     from asrkit.sim.calibrate import load_or_measure
@@ -151,8 +190,8 @@ def simulate_experiment(
             f"{exp_dir / 'tokenizer'} is missing: run the experiment's stages up to its tokenizer "
             "(and for CE its alignments) first, e.g. asrkit run --stop-stage 3 with the same overrides"
         )
-    settings = run_settings(cfg, network)
-    out = out or default_out(cfg, network)
+    settings = run_settings(cfg, network, comm_ratio=comm_ratio)
+    out = out or default_out(cfg, network, comm_ratio=comm_ratio)
     if (out / "sim.json").is_file() and not force:
         record = _read_record(out / "sim.json")
         theirs = record.get("settings")
@@ -181,6 +220,14 @@ def simulate_experiment(
             cost.frame_s,
             cost.eval_fraction,
         )
+        charged = network_at(network, comm_ratio, in_memory, parts, cost)
+        if comm_ratio is not None:
+            log.info(
+                "communication at ratio %g: tensors charged as %.4g x their bytes on %s",
+                comm_ratio,
+                charged.bytes_scale,
+                network.name,
+            )
         out.mkdir(parents=True, exist_ok=True)
         (out / "sim.json").unlink(missing_ok=True)
         if not (out / "tokenizer").is_dir():
@@ -189,7 +236,7 @@ def simulate_experiment(
             in_memory,
             data_root=data_root,
             exp_dir=out,
-            network=network,
+            network=charged,
             cost=cost,
             parts=parts,
             stop=stop,

@@ -35,8 +35,11 @@ STRATEGIES: dict[str, tuple[str, ...]] = {
 STRAGGLERS: dict[str, tuple[str, ...]] = {
     "none": ("strategy.straggler.mode=none",),
     "one_2x": ("strategy.straggler.mode=one", "strategy.straggler.factor=2"),
+    "one_5x": ("strategy.straggler.mode=one", "strategy.straggler.factor=5"),
     "exp_2x": ("strategy.straggler.mode=exponential", "strategy.straggler.factor=2"),
 }
+#: One learner alone (the recipes' baselines): not one of the strategies compared.
+SINGLE: dict[str, tuple[str, ...]] = {"single": ("strategy=single",)}
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,19 @@ class StudyRun:
     straggler: str
     seed: int
     questions: tuple[str, ...]
+    #: The plan's optimizer recipe (a key of ``StudyPlan.optimizers``; "": the model's own).
+    optim: str = ""
+    #: The plan's communication setting (a key of ``StudyPlan.comms``; "": the network's own).
+    comm: str = ""
 
     @property
     def name(self) -> str:
-        return f"{self.model}_{self.strategy}_n{self.learners}_b{self.batch}_{self.straggler}_s{self.seed}"
+        optim = f"{self.optim}_" if self.optim else ""
+        comm = f"{self.comm}_" if self.comm else ""
+        return (
+            f"{self.model}_{optim}{self.strategy}_n{self.learners}_b{self.batch}_{self.straggler}_"
+            f"{comm}s{self.seed}"
+        )
 
 
 def _merge_into(runs: dict[str, StudyRun], run: StudyRun) -> None:
@@ -85,16 +97,41 @@ class StudyPlan:
     warmup_samples: int = 2000
     #: Which runs: ``full`` is every strategy at every learner count and the middle and
     #: largest batch, for every model; ``claims`` is the fewest runs that answer each claim
-    #: (:meth:`claim_runs`), for a 2-core machine's ~3 hours.
+    #: (:meth:`claim_runs`), for a 2-core machine's ~3 hours; ``converged`` the runs of the
+    #: study trained to the end with both optimizers and two communication ratios
+    #: (:meth:`converged_runs`); ``sweep`` one learner at ``base_batch`` per optimizer.
     grid: str = "full"
+    #: Optimizer label -> its overrides, the first the papers' recipe, the second the one it
+    #: is compared with (empty: every run keeps its model's own optimizer).
+    optimizers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Communication label -> the ratio of a whole-model exchange's time to one learner's
+    #: step of computation it is charged at (None: the network as it is), today's first.
+    comms: dict[str, float | None] = field(default_factory=dict)
+    #: How the learning rate follows the batch: ``sqrt`` (the plan scales ``optim.lr`` by
+    #: ``sqrt(batch / base_batch)`` itself: the first study) or ``optim`` (each optimizer's
+    #: own ``optim.base_batch`` / ``optim.lr_scaling`` and ``schedule.warmup_epochs``).
+    lr_rule: str = "sqrt"
+    #: The headline's global batch (0: the middle of ``batches``).
+    headline_batch: int = 0
+    #: Decode every run's final model through the experiment's HCLG (hybrid models):
+    #: dev WER with the weights tuned on dev, test WER at those (``decode.json``).
+    decode: bool = False
+
+    @property
+    def middle(self) -> int:
+        """The headline's global batch."""
+        return self.headline_batch or self.batches[len(self.batches) // 2]
 
     def runs(self) -> list[StudyRun]:
         """Every run once, in the order they are run: the headline first, then the first
         model's straggler runs at the largest learner count (IBM's first claim), its
         other equal-speed runs there, its runs at the other learner counts, and the other
         models last; so a study stopped part-way has something on every claim first."""
+        if self.grid in ("converged", "sweep"):
+            chosen = self.converged_runs() if self.grid == "converged" else self.sweep_runs()
+            return [r for r in chosen.values() if r.batch >= r.learners and self._possible(r)]
         if self.grid not in ("full", "claims"):
-            raise ValueError(f"grid {self.grid!r}: full or claims")
+            raise ValueError(f"grid {self.grid!r}: full, claims, converged or sweep")
         runs = self._full_grid() if self.grid == "full" else self.claim_runs()
         first_model, middle = next(iter(self.models)), self.batches[len(self.batches) // 2]
         largest_n = max(self.learners)
@@ -147,6 +184,69 @@ class StudyPlan:
                 add(model, strategy, largest_n, middle, "none", 1, "equal_speed", "spectral")
         return runs
 
+    def converged_runs(self) -> dict[str, StudyRun]:
+        """The study trained to the end (docs/study.md), in the order they run, so a study
+        stopped part-way has something on every claim first. ``recipe``: one learner at
+        ``base_batch`` with each optimizer; ``equal_speed`` / ``spectral`` / ``optimizer``:
+        every strategy at the largest learner count and the headline batch with the
+        papers' recipe (every seed) and with the other optimizer (the first seed); ``comm``:
+        the same at the papers' communication ratio, and SYNC, ADPSGD (random) and
+        delay-by-one at the largest batch there; ``stragglers``: one learner 2x slow at
+        both ratios and 5x at the papers'; ``batch``: SYNC and ADPSGD (random) at the
+        smallest learner count over every batch."""
+        runs: dict[str, StudyRun] = {}
+        (model, *_), (sgd, other, *_) = self.models, self.optimizers
+        today, paper = list(self.comms)[:2]
+        big, small, head, first = max(self.learners), min(self.learners), self.middle, self.headline_seeds[0]
+        pair = ("sync", "adpsgd_random")
+
+        def add(
+            strategy: str, n: int, batch: int, straggler: str, seed: int, optim: str, comm: str, *q: str
+        ) -> None:
+            _merge_into(runs, StudyRun(model, strategy, n, batch, straggler, seed, q, optim, comm))
+
+        for optim in (sgd, other):
+            add("single", 1, self.base_batch, "none", first, optim, today, "recipe")
+        for strategy in STRATEGIES:
+            add(strategy, big, head, "none", first, sgd, today, "equal_speed", "spectral", "optimizer")
+        for strategy in STRATEGIES:
+            add(strategy, big, head, "none", first, other, today, "optimizer")
+        for strategy in STRATEGIES:
+            add(strategy, big, head, "none", first, sgd, paper, "equal_speed", "comm")
+        for strategy in STRATEGIES:
+            add(strategy, big, head, "one_2x", first, sgd, paper, "stragglers", "comm")
+        for batch in self.batches:
+            for strategy in pair:
+                add(strategy, small, batch, "none", first, sgd, today, "batch")
+        for strategy in STRATEGIES:
+            add(strategy, big, head, "one_5x", first, sgd, paper, "stragglers")
+        for strategy in STRATEGIES:
+            add(strategy, big, head, "one_2x", first, sgd, today, "stragglers")
+        for strategy in (*pair, "delay_by_one"):
+            add(strategy, big, max(self.batches), "none", first, sgd, paper, "equal_speed", "comm")
+        for seed in self.headline_seeds[1:]:
+            for optim in (sgd, other):
+                add("single", 1, self.base_batch, "none", seed, optim, today, "recipe")
+            for strategy in STRATEGIES:
+                add(strategy, big, head, "none", seed, sgd, today, "equal_speed", "spectral", "optimizer")
+        return runs
+
+    def sweep_runs(self) -> dict[str, StudyRun]:
+        """One learner at ``base_batch`` with each optimizer (a learning-rate sweep: one
+        optimizer label per rate), the first seed, the network as it is."""
+        model, seed = next(iter(self.models)), self.headline_seeds[0]
+        return {
+            r.name: r
+            for r in (
+                StudyRun(model, "single", 1, self.base_batch, "none", seed, ("recipe",), optim, "")
+                for optim in self.optimizers
+            )
+        }
+
+    def comm_ratio(self, run: StudyRun) -> float | None:
+        """The communication ratio ``run`` is charged at (None: the network as it is)."""
+        return self.comms.get(run.comm) if run.comm else None
+
     def _full_grid(self) -> dict[str, StudyRun]:
         runs: dict[str, StudyRun] = {}
 
@@ -192,14 +292,15 @@ class StudyPlan:
         return [
             *self.models[run.model],
             *self.common,
+            *(self.optimizers[run.optim] if run.optim else ()),
             f"train.epochs={self.epochs}",
-            *STRATEGIES[run.strategy],
+            *{**STRATEGIES, **SINGLE}[run.strategy],
             *([f"strategy.group_size={self.hybrid_group}"] if run.strategy == "hybrid" else []),
             f"strategy.learners={run.learners}",
             *STRAGGLERS[run.straggler],
             f"train.max_batch={run.batch}",
             "train.max_frames=100000000",  # the batch is counted in utterances only
-            f"schedule.warmup_steps={self.warmup_steps(run)}",
+            *([f"schedule.warmup_steps={self.warmup_steps(run)}"] if self.lr_rule == "sqrt" else []),
             f"seed={run.seed}",
         ]
 
@@ -208,8 +309,9 @@ class StudyPlan:
         return max(1, round(self.warmup_samples / run.batch))
 
     def lr_scale(self, run: StudyRun) -> float:
-        """The factor on the experiment's ``optim.lr`` for the run's batch."""
-        return math.sqrt(run.batch / self.base_batch)
+        """The factor the plan puts on the experiment's ``optim.lr`` for the run's batch
+        (1 when the optimizer's own settings scale it: ``lr_rule`` ``optim``)."""
+        return math.sqrt(run.batch / self.base_batch) if self.lr_rule == "sqrt" else 1.0
 
 
 #: The study's models on speechocean762's speed-perturbed training set (recipes/
@@ -232,12 +334,85 @@ SO762_MODELS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-#: Named plans: ``ibm`` (16 and 64 learners, global batches 64-640, the runs each claim
-#: needs: 29, about 3 hours of a 2-core VM), ``ibm_full`` (the same axes, every strategy
-#: everywhere and both straggler models at both learner counts: 74 runs, about 5 hours
-#: there), ``pilot`` (a few runs to time a plan) and ``tiny`` (the tests').
+#: The converged study's model (recipes/an4/local/study.sh prepares it): AN4's hybrid
+#: experiment (GMM alignments of the 3-way speed-perturbed training set, 2,544 utterances;
+#: HCLG of the triphone system) with the study's 2 x 128 BLSTM, trained with frame
+#: cross-entropy and decoded through HCLG. AN4, not speechocean762: its epoch is a third
+#: as long, so every run can be trained to the end in the 8-hour budget, and its model
+#: learns to a few percent WER, where strategies that train worse show.
+AN4_MODELS: dict[str, tuple[str, ...]] = {"hybrid": ("+experiment=an4_hybrid", *STUDY_MODEL)}
+
+#: The global batch the converged study's learning rates are for: one learner's batch.
+AN4_BASE_BATCH = 32
+
+
+#: The papers' optimizer and learning-rate recipe (docs/distributed-training.md): SGD with
+#: Nesterov momentum 0.9 (buffers local to each learner), ``lr x B / 32`` at global batch B,
+#: linear warm-up over the first epoch (in samples), held, then x 1/sqrt(2) per epoch from
+#: epoch 7 of 12; no gradient clipping (it would shorten each ADPSGD learner's noisier
+#: small-batch steps more than SYNC's averaged one). ``lr`` from the one-learner sweep.
+def sgd_recipe(lr: float) -> tuple[str, ...]:
+    """The papers' recipe at peak rate ``lr`` for global batch :data:`AN4_BASE_BATCH`."""
+    return (
+        "optim=sgd",
+        f"optim.lr={lr:g}",
+        f"optim.base_batch={AN4_BASE_BATCH}",
+        "optim.lr_scaling=linear",
+        "train.clip_grad_norm=0",
+        "schedule.warmup_epochs=1",
+        "schedule.anneal=exponential",
+        "schedule.decay=0.7071",
+        "schedule.decay_start_epoch=7",
+    )
+
+
+#: The experiments' Adam (AN4: 3e-3 at batch 8, clipping at norm 5, cosine to 2% of the
+#: peak), its rate scaled by sqrt(B / 8) (a rule for Adam), warm-up over the first epoch.
+ADAM_RECIPE = (
+    "optim=adam",
+    "optim.base_batch=8",
+    "optim.lr_scaling=sqrt",
+    "schedule.warmup_epochs=1",
+    "schedule.anneal=cosine",
+)
+#: The SGD rates the one-learner sweep tried at batch 32 (``sweep`` plan).
+SWEEP_LRS = (0.05, 0.1, 0.2, 0.4)
+#: The sweep's choice (docs/study.md): the best dev WER at one learner.
+SGD_LR = 0.1
+#: Communication: today's (the 2 x 128 model's own bytes) and the papers' ratio of a
+#: whole-model exchange to one learner's step of computation (docs/study.md derives 0.15
+#: for a 6 x 1024 BLSTM on V100s with 100 Gbit/s links).
+PAPER_COMM_RATIO = 0.15
+_CONVERGED = {
+    "models": AN4_MODELS,
+    "learners": (16, 64),
+    "batches": (32, 128, 512, 1024),
+    "headline_batch": 128,
+    "base_batch": AN4_BASE_BATCH,
+    "epochs": 12,
+    "lr_rule": "optim",
+    "comms": {"today": None, "paper": PAPER_COMM_RATIO},
+    "decode": True,
+}
+
+#: Named plans: ``ibm_sgd`` (the study trained to the end: AN4's hybrid model, 12 epochs,
+#: both optimizers, both communication ratios; docs/study.md), ``sgd_sweep`` (its
+#: one-learner learning-rate sweep), the first study's ``ibm`` (16 and 64 learners, global
+#: batches 64-640, the runs each claim needs: 29, 2 epochs of speechocean762) and
+#: ``ibm_full`` (the same axes, every strategy everywhere: 74 runs), ``pilot`` (a few
+#: runs to time a plan) and ``tiny`` (the tests').
 _IBM = {"learners": (16, 64), "batches": (64, 192, 640), "base_batch": 64, "epochs": 2}
 PLANS: dict[str, dict] = {
+    "ibm_sgd": {
+        **_CONVERGED,
+        "grid": "converged",
+        "optimizers": {"sgd": sgd_recipe(SGD_LR), "adam": ADAM_RECIPE},
+    },
+    "sgd_sweep": {
+        **_CONVERGED,
+        "grid": "sweep",
+        "optimizers": {**{f"sgd{lr:g}": sgd_recipe(lr) for lr in SWEEP_LRS}, "adam": ADAM_RECIPE},
+    },
     "ibm": {**_IBM, "grid": "claims"},
     "ibm_full": _IBM,
     "pilot": {"learners": (16,), "batches": (64, 640), "base_batch": 64, "headline_seeds": (1,), "epochs": 1},
@@ -253,5 +428,9 @@ PLANS: dict[str, dict] = {
 
 
 def study_plan(name: str, models: dict[str, tuple[str, ...]] | None = None) -> StudyPlan:
-    """The plan ``name`` (:data:`PLANS`) over ``models`` (default :data:`SO762_MODELS`)."""
-    return StudyPlan(models=dict(models or SO762_MODELS), **PLANS[name])
+    """The plan ``name`` (:data:`PLANS`) over ``models`` (default: the plan's own, or
+    :data:`SO762_MODELS`)."""
+    settings = dict(PLANS[name])
+    chosen = models or settings.pop("models", None) or SO762_MODELS
+    settings.pop("models", None)
+    return StudyPlan(models=dict(chosen), **settings)

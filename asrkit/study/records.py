@@ -4,7 +4,8 @@ settings for that run.
 
 A run's dir holds ``run.json`` (what the plan asked: its overrides and learning rate),
 ``sim.json``, ``train_summary.json`` and ``learners.json`` (what the simulation wrote).
-``run.json`` is written last, once the simulation has finished.
+``run.json`` is written last, once the simulation has finished (and, in a plan that
+decodes, ``decode.json`` once the model is decoded: :mod:`asrkit.study.decode`).
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ def read_record(path: Path) -> Any:
         raise DataError(f"{path}: damaged ({type(err).__name__}: {err})") from None
 
 
-def expected_record(run: Any, overrides: list[str], lr: float) -> dict[str, Any]:
-    """The ``run.json`` the plan's run makes (plain JSON data)."""
+def expected_record(run: Any, overrides: list[str], lr: float, *, decoded: bool = False) -> dict[str, Any]:
+    """The ``run.json`` the plan's run makes (plain JSON data); ``decoded``: the run's
+    model is decoded too (its ``decode.json`` belongs to a finished run)."""
     from dataclasses import asdict
 
     record = {**asdict(run), "name": run.name, "overrides": list(overrides), "lr": lr}
+    if decoded:
+        record["decoded"] = True
     return json.loads(json.dumps(record))
 
 
@@ -46,8 +50,9 @@ def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
     again) or ``("other", what differs)`` (a finished run made with other settings)."""
     if not (where / "run.json").is_file():
         return "unfinished", "" if not where.exists() else f"{where / 'run.json'}: missing"
+    needed = (*RUN_FILES, "decode.json") if expected.get("decoded") else RUN_FILES
     try:
-        records = {name: read_record(where / name) for name in RUN_FILES}
+        records = {name: read_record(where / name) for name in needed}
         if (
             not isinstance(records["train_summary.json"], dict)
             or "history" not in records["train_summary.json"]

@@ -33,6 +33,7 @@ from asrkit.learner import prepare_learner
 from asrkit.sim.calibrate import learner_batch_caps, load_or_measure
 from asrkit.sim.experiment import simulate_experiment
 from asrkit.sim.network import Network
+from asrkit.study.decode import decode_run
 from asrkit.study.plan import StudyPlan, StudyRun
 from asrkit.study.records import expected_record, read_record, run_state
 
@@ -142,7 +143,17 @@ def _add_sitting(out: Path, sitting: dict) -> None:
 #: The plan's settings that change what a run computes; the others (the axes, the seeds,
 #: the grid) only choose which runs there are, so a study dir may go on under a plan that
 #: chooses more or fewer of them.
-_OUTCOME = ("models", "base_batch", "epochs", "hybrid_group", "common", "warmup_samples")
+_OUTCOME = (
+    "models",
+    "base_batch",
+    "epochs",
+    "hybrid_group",
+    "common",
+    "warmup_samples",
+    "optimizers",
+    "comms",
+    "lr_rule",
+)
 
 
 def _check_same_settings(out: Path, before: dict, settings: dict) -> None:
@@ -246,6 +257,8 @@ def _run_config(
 ) -> tuple[AsrkitConfig, list[str], float]:
     overrides = plan.overrides(run)
     cfg = to_object(compose(overrides, config_dir=config_dir))
+    if plan.lr_rule == "optim":  # the optimizer's own settings scale it (the trainer does)
+        return cfg, overrides, cfg.optim.peak_lr(cfg.train.max_batch)
     lr = cfg.optim.lr * plan.lr_scale(run)
     return dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=lr)), overrides, lr
 
@@ -269,7 +282,7 @@ def _step_cost(plan: StudyPlan, run: StudyRun, out: Path, *, config_dir: str | P
 
 def _expected(plan: StudyPlan, run: StudyRun, config_dir: str | Path) -> dict:
     _, overrides, lr = _run_config(plan, run, config_dir)
-    return expected_record(run, overrides, lr)
+    return expected_record(run, overrides, lr, decoded=plan.decode)
 
 
 def _run_one(
@@ -286,7 +299,20 @@ def _run_one(
     dest = out / "runs" / run.name
     log.info("study: %s (%s)", run.name, " ".join(overrides))
     (dest / "run.json").unlink(missing_ok=True)  # the run counts as finished once it is back
-    simulate_experiment(cfg, network=network, out=dest, step_cost=cost, force=True, signals=signals)
+    simulate_experiment(
+        cfg,
+        network=network,
+        out=dest,
+        step_cost=cost,
+        force=True,
+        signals=signals,
+        comm_ratio=plan.comm_ratio(run),
+    )
+    if plan.decode:
+        decode_run(cfg, dest)
     # Written last, with the step cost's path relative to the study (the dir moves).
-    record = {**expected_record(run, overrides, lr), "step_cost": str(cost.relative_to(out))}
+    record = {
+        **expected_record(run, overrides, lr, decoded=plan.decode),
+        "step_cost": str(cost.relative_to(out)),
+    }
     atomic_write(dest / "run.json", json.dumps(record, indent=2) + "\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from asrkit.choices import ANNEALING, BEST_METRICS, DEVICES, LOADERS, OPTIMIZERS, unknown
+from asrkit.choices import ANNEALING, BEST_METRICS, DEVICES, LOADERS, LR_SCALINGS, OPTIMIZERS, unknown
 from asrkit.errors import raise_all
 
 
@@ -14,7 +14,15 @@ class OptimConfig:
 
     Attributes:
         name: ``adam`` or ``sgd`` (SGD with momentum; Nesterov when ``nesterov``).
-        lr: peak learning rate (reached at the end of warm-up).
+        lr: peak learning rate (reached at the end of warm-up) at the global batch
+            ``base_batch``; the run's own is :meth:`peak_lr`.
+        base_batch: the global batch, in utterances, ``lr`` is meant for (0: ``lr`` as
+            given at any batch). A run at global batch B (``train.max_batch``, the
+            utterances of one step of all learners together) trains at
+            ``lr x B / base_batch`` (``lr_scaling=linear``: the papers' rule for SGD, each
+            ADPSGD learner included: its steps average to one step of the global batch)
+            or ``lr x sqrt(B / base_batch)`` (``sqrt``: a rule for Adam).
+        lr_scaling: ``linear`` or ``sqrt`` (see ``base_batch``).
         momentum, nesterov: SGD settings (the papers: 0.9, Nesterov).
         betas, eps: Adam settings.
         weight_decay: L2 penalty.
@@ -35,9 +43,25 @@ class OptimConfig:
     eps: float = 1.0e-8
     weight_decay: float = 0.0
     fused: bool = False
+    base_batch: int = 0
+    lr_scaling: str = "linear"
+
+    def peak_lr(self, global_batch: int) -> float:
+        """The learning rate at the end of warm-up for a run whose steps take
+        ``global_batch`` utterances in all (see ``base_batch``)."""
+        if not self.base_batch:
+            return self.lr
+        ratio = global_batch / self.base_batch
+        return self.lr * (ratio if self.lr_scaling == "linear" else ratio**0.5)
 
     def check(self) -> None:
         problems = unknown("optim.name", self.name, OPTIMIZERS)
+        problems += unknown("optim.lr_scaling", self.lr_scaling, LR_SCALINGS)
+        if self.base_batch < 0:
+            problems.append(
+                f"optim.base_batch={self.base_batch} must be >= 0 (the global batch optim.lr is for; "
+                "0: optim.lr at any batch)"
+            )
         if not self.lr > 0:
             problems.append(f"optim.lr={self.lr} must be positive (e.g. optim.lr=1e-3)")
         if self.momentum < 0 or self.weight_decay < 0 or self.eps <= 0:
@@ -55,7 +79,12 @@ class ScheduleConfig:
     """Learning-rate schedule: linear warm-up, then annealing.
 
     Attributes:
-        warmup_steps: steps of linear warm-up from ~0 to ``optim.lr``.
+        warmup_steps: steps of linear warm-up from ~0 to the peak learning rate.
+        warmup_epochs: when > 0, warm-up spans this many epochs instead of
+            ``warmup_steps``: the same samples at every global batch (a learner counts its
+            epoch in its own steps, and the strategies that do not step in lock-step by
+            the samples all learners have processed), so a larger batch warms up over as
+            much data in fewer steps (the papers' linear warm-up for a grown batch).
         anneal: ``none`` (constant), ``cosine`` (to ``final_scale`` x lr at the
             last step) or ``exponential`` (x ``decay`` per epoch from
             ``decay_start_epoch`` on, the papers' 1/sqrt(2) late annealing).
@@ -64,6 +93,7 @@ class ScheduleConfig:
     """
 
     warmup_steps: int = 200
+    warmup_epochs: float = 0.0
     anneal: str = "cosine"
     final_scale: float = 0.02
     decay: float = 0.7071
@@ -71,10 +101,11 @@ class ScheduleConfig:
 
     def check(self) -> None:
         problems = []
-        if self.warmup_steps < 0 or self.decay_start_epoch < 0:
+        if self.warmup_steps < 0 or self.decay_start_epoch < 0 or not self.warmup_epochs >= 0:
             problems.append(
-                f"schedule.warmup_steps={self.warmup_steps} and "
-                f"schedule.decay_start_epoch={self.decay_start_epoch} must be >= 0"
+                f"schedule.warmup_steps={self.warmup_steps}, schedule.warmup_epochs="
+                f"{self.warmup_epochs} and schedule.decay_start_epoch={self.decay_start_epoch} "
+                "must be >= 0"
             )
         problems += unknown("schedule.anneal", self.anneal, ANNEALING)
         if not 0 <= self.final_scale <= 1 or not 0 < self.decay <= 1:

@@ -27,13 +27,17 @@ class LRSchedule:
     ) -> None:
         self.cfg, self.peak_lr = cfg, peak_lr
         self.total_steps, self.steps_per_epoch = max(1, total_steps), max(1, steps_per_epoch)
+        #: Steps of warm-up: ``warmup_epochs`` of this learner's epoch when set.
+        self.warmup: float = (
+            cfg.warmup_epochs * self.steps_per_epoch if cfg.warmup_epochs > 0 else float(cfg.warmup_steps)
+        )
 
     def __call__(self, step: float) -> float:
-        cfg = self.cfg
-        scale = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+        cfg, warmup = self.cfg, self.warmup
+        scale = min(1.0, (step + 1) / warmup) if warmup else 1.0
         if cfg.anneal == "cosine":
-            span = max(1, self.total_steps - cfg.warmup_steps)
-            done = min(1.0, max(0.0, (step - cfg.warmup_steps) / span))
+            span = max(1.0, self.total_steps - warmup)
+            done = min(1.0, max(0.0, (step - warmup) / span))
             scale *= cfg.final_scale + (1 - cfg.final_scale) * 0.5 * (1 + math.cos(math.pi * done))
         elif cfg.anneal == "exponential":
             epoch = int(step // self.steps_per_epoch) + 1  # 1-based, as in the logs

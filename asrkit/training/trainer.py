@@ -181,7 +181,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model.parameters(), optim)
         self.schedule = LRSchedule(
             schedule,
-            peak_lr=optim.lr,
+            peak_lr=optim.peak_lr(cfg.max_batch),
             total_steps=cfg.epochs * len(self.batches),
             steps_per_epoch=len(self.batches),
         )
