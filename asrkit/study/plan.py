@@ -376,7 +376,7 @@ ADAM_RECIPE = (
     "schedule.anneal=cosine",
 )
 #: The SGD rates the one-learner sweep tried at batch 32 (``sweep`` plan).
-SWEEP_LRS = (0.05, 0.1, 0.2, 0.4)
+SWEEP_LRS = (0.05, 0.1, 0.2, 0.4, 0.025)
 #: The sweep's choice (docs/study.md): the best dev WER at one learner.
 SGD_LR = 0.1
 #: Communication: today's (the 2 x 128 model's own bytes) and the papers' ratio of a

@@ -155,6 +155,11 @@ _OUTCOME = (
     "lr_rule",
 )
 
+#: Settings that name their values (optimizer recipes, communication ratios): a label the
+#: study dir and the plan both have must mean the same, but a plan may add labels (and
+#: so runs), as a sweep over one more learning rate does.
+_BY_LABEL = ("optimizers", "comms")
+
 
 def _check_same_settings(out: Path, before: dict, settings: dict) -> None:
     """A study dir continues only with the settings its finished runs were made with (a
@@ -165,7 +170,11 @@ def _check_same_settings(out: Path, before: dict, settings: dict) -> None:
     defaults = json.loads(json.dumps(known))
     plan_before = {**defaults, **before.get("plan", {})}
     plan_now = {**defaults, **settings["plan"]}
-    changed = [k for k in _OUTCOME if plan_before.get(k) != plan_now.get(k)]
+    changed = [k for k in _OUTCOME if k not in _BY_LABEL and plan_before.get(k) != plan_now.get(k)]
+    for key in _BY_LABEL:  # a label both have must mean the same; new labels add runs
+        before_, now_ = plan_before.get(key) or {}, plan_now.get(key) or {}
+        if any(before_[label] != now_[label] for label in set(before_) & set(now_)):
+            changed.append(key)
     if before.get("network") != settings["network"]:
         changed.append("network")
     if changed:

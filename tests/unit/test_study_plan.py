@@ -82,6 +82,58 @@ def test_a_study_dir_goes_on_under_a_plan_choosing_other_runs_but_not_other_sett
         other = dataclasses.replace(study_plan("ibm"), **changed)
         with pytest.raises(ConfigError, match=next(iter(changed))):
             _check_same_settings(tmp_path, older, settings(other))
+    # Labelled settings: a sweep may add a learning rate; a label may not change its meaning.
+    sweep = study_plan("sgd_sweep")
+    fewer = dataclasses.replace(sweep, optimizers=dict(list(sweep.optimizers.items())[:2]))
+    _check_same_settings(tmp_path, settings(fewer), settings(sweep))
+    relabelled = dict(fewer.optimizers)
+    relabelled["sgd0.05"] = ("optim=sgd", "optim.lr=1")
+    with pytest.raises(ConfigError, match="optimizers"):
+        _check_same_settings(
+            tmp_path, settings(fewer), settings(dataclasses.replace(sweep, optimizers=relabelled))
+        )
+
+
+def test_the_converged_plan_answers_every_claim_with_both_optimizers_and_ratios() -> None:
+    from asrkit.study.plan import PAPER_COMM_RATIO, SGD_LR
+
+    plan = study_plan("ibm_sgd")
+    runs = plan.runs()
+    assert len({r.name for r in runs}) == len(runs) == 57
+    by = {
+        q: [r for r in runs if q in r.questions]
+        for q in ("recipe", "optimizer", "comm", "stragglers", "batch")
+    }
+    # One learner, both optimizers, every seed; the headline with SGD every seed, Adam seed 1.
+    assert {(r.optim, r.seed) for r in by["recipe"]} == {(o, s) for o in ("sgd", "adam") for s in (1, 2, 3)}
+    headline = [r for r in by["optimizer"] if r.learners == 64 and r.batch == 128]
+    assert {(r.strategy, r.optim, r.seed) for r in headline} == {
+        *((s, "sgd", seed) for s in STRATEGIES for seed in (1, 2, 3)),
+        *((s, "adam", 1) for s in STRATEGIES),
+    }
+    # Every strategy 2x slow at both ratios and 5x at the papers'; equal speed at the papers'.
+    slow = {(r.strategy, r.straggler, r.comm) for r in by["stragglers"]}
+    assert slow == {
+        (s, k, c)
+        for s in STRATEGIES
+        for k, c in (("one_2x", "today"), ("one_2x", "paper"), ("one_5x", "paper"))
+    }
+    assert {r.strategy for r in by["comm"] if r.straggler == "none" and r.batch == 128} == set(STRATEGIES)
+    assert plan.comm_ratio(by["comm"][0]) == PAPER_COMM_RATIO and plan.comm_ratio(runs[0]) is None
+    # SYNC and ADPSGD at 16 learners over a 32x span of batches.
+    assert {(r.strategy, r.batch) for r in by["batch"]} == {
+        (s, b) for s in ("sync", "adpsgd_random") for b in (32, 128, 512, 1024)
+    }
+    # The papers' recipe: SGD, the rate for batch 32 scaled by the trainer, warm-up in epochs.
+    overrides = plan.overrides(headline[0])
+    assert {"optim=sgd", f"optim.lr={SGD_LR:g}", "optim.base_batch=32", "optim.lr_scaling=linear"} <= set(
+        overrides
+    )
+    assert "schedule.warmup_epochs=1" in overrides and not any("warmup_steps" in o for o in overrides)
+    assert plan.lr_scale(headline[0]) == 1.0
+    # Every claim has a run among the first 20, so a study stopped early says something on each.
+    first = {q for r in runs[:30] for q in r.questions}
+    assert {"recipe", "optimizer", "comm", "stragglers", "batch", "spectral", "equal_speed"} <= first
 
 
 def test_hybrid_runs_need_an_even_number_of_groups() -> None:
