@@ -52,3 +52,12 @@ def raise_all(problems: list[str]) -> None:
     )
     err.problems = unique  # type: ignore[attr-defined]
     raise err
+
+
+class TrainingDiverged(UserError):
+    """The training loss became NaN or infinite: the run cannot recover (its weights are
+    no longer numbers). ``step``: the optimizer step whose loss it was."""
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step

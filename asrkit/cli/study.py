@@ -27,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--plan",
         default="ibm",
-        help="ibm (default: the runs each claim needs), ibm_full (every strategy everywhere), pilot or tiny",
+        help="ibm_sgd (the study trained to the end, on AN4: docs/study.md), sgd_sweep (its "
+        "one-learner learning-rate sweep), ibm (default: the first study's runs each claim "
+        "needs), ibm_full (every strategy everywhere), pilot or tiny",
     )
     run.add_argument("--out", type=Path, default=Path("exp/study"), help="study dir (default exp/study)")
     run.add_argument("--network", choices=sorted(NETWORKS), default="infiniband")
@@ -52,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report = actions.add_parser("report", help="tables and plots of the finished runs")
     report.add_argument("--out", type=Path, default=Path("exp/study"), help="study dir (default exp/study)")
     report.add_argument("--docs", type=Path, default=Path("docs"), help="where study_results.md goes")
+    report.add_argument(
+        "--name",
+        default="study_results",
+        help="the report's name: DOCS/NAME.md, its figures in DOCS/study/ (another name: DOCS/NAME/)",
+    )
     report.set_defaults(func=_report)
 
 
@@ -106,5 +113,5 @@ def _report(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{args.out}/runs: no study runs there; start them with asrkit study run --out {args.out}"
         )
-    print(write_report(args.out, args.docs))
+    print(write_report(args.out, args.docs, name=args.name))
     return 0

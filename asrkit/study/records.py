@@ -4,7 +4,8 @@ settings for that run.
 
 A run's dir holds ``run.json`` (what the plan asked: its overrides and learning rate),
 ``sim.json``, ``train_summary.json`` and ``learners.json`` (what the simulation wrote).
-``run.json`` is written last, once the simulation has finished (and, in a plan that
+A run whose training diverged has ``run.json`` (``"diverged": true``) and
+``diverged.json`` only. ``run.json`` is written last, once the simulation has finished (and, in a plan that
 decodes, ``decode.json`` once the model is decoded: :mod:`asrkit.study.decode`).
 """
 
@@ -16,10 +17,13 @@ from typing import Any
 
 from asrkit.errors import DataError
 
-__all__ = ["RUN_FILES", "expected_record", "read_record", "run_state"]
+__all__ = ["DIVERGED_FILE", "RUN_FILES", "expected_record", "read_record", "run_state"]
 
 #: The files a finished run has (``learners.json`` is optional: a single learner has none).
 RUN_FILES = ("run.json", "sim.json", "train_summary.json")
+#: A run whose training diverged (its loss not a number) has this record instead of the
+#: simulation's: the step and the message; ``run.json`` says ``diverged``.
+DIVERGED_FILE = "diverged.json"
 #: What ``run.json`` must agree on with the plan for the run to count as the plan's.
 _COMPARED = ("overrides", "lr")
 
@@ -50,13 +54,14 @@ def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
     again) or ``("other", what differs)`` (a finished run made with other settings)."""
     if not (where / "run.json").is_file():
         return "unfinished", "" if not where.exists() else f"{where / 'run.json'}: missing"
-    needed = (*RUN_FILES, "decode.json") if expected.get("decoded") else RUN_FILES
+    needed: tuple[str, ...] = (*RUN_FILES, "decode.json") if expected.get("decoded") else RUN_FILES
     try:
+        first = read_record(where / "run.json")
+        if isinstance(first, dict) and first.get("diverged"):
+            needed = ("run.json", DIVERGED_FILE)
         records = {name: read_record(where / name) for name in needed}
-        if (
-            not isinstance(records["train_summary.json"], dict)
-            or "history" not in records["train_summary.json"]
-        ):
+        summary = records.get("train_summary.json", {"history": []})
+        if not isinstance(summary, dict) or "history" not in summary:
             raise DataError(f"{where / 'train_summary.json'}: damaged (no history)")
     except DataError as err:
         return "unfinished", str(err)

@@ -28,14 +28,14 @@ import torch
 
 from asrkit.config import DEFAULT_CONFIG_DIR, AsrkitConfig, compose, to_object
 from asrkit.data.io import atomic_write
-from asrkit.errors import ConfigError, DataError, UserError
+from asrkit.errors import ConfigError, DataError, TrainingDiverged, UserError
 from asrkit.learner import prepare_learner
 from asrkit.sim.calibrate import learner_batch_caps, load_or_measure
 from asrkit.sim.experiment import simulate_experiment
 from asrkit.sim.network import Network
 from asrkit.study.decode import decode_run
 from asrkit.study.plan import StudyPlan, StudyRun
-from asrkit.study.records import expected_record, read_record, run_state
+from asrkit.study.records import DIVERGED_FILE, expected_record, read_record, run_state
 
 __all__ = ["run_study"]
 
@@ -308,20 +308,28 @@ def _run_one(
     dest = out / "runs" / run.name
     log.info("study: %s (%s)", run.name, " ".join(overrides))
     (dest / "run.json").unlink(missing_ok=True)  # the run counts as finished once it is back
-    simulate_experiment(
-        cfg,
-        network=network,
-        out=dest,
-        step_cost=cost,
-        force=True,
-        signals=signals,
-        comm_ratio=plan.comm_ratio(run),
-    )
-    if plan.decode:
+    (dest / DIVERGED_FILE).unlink(missing_ok=True)
+    diverged = None
+    try:
+        simulate_experiment(
+            cfg,
+            network=network,
+            out=dest,
+            step_cost=cost,
+            force=True,
+            signals=signals,
+            comm_ratio=plan.comm_ratio(run),
+        )
+    except TrainingDiverged as err:  # an answer too: this learning rate at this batch fails
+        log.warning("study: %s diverged: %s", run.name, err)
+        diverged = {"step": err.step, "message": str(err)}
+        atomic_write(dest / DIVERGED_FILE, json.dumps(diverged, indent=2) + "\n")
+    if plan.decode and diverged is None:
         decode_run(cfg, dest)
     # Written last, with the step cost's path relative to the study (the dir moves).
     record = {
         **expected_record(run, overrides, lr, decoded=plan.decode),
         "step_cost": str(cost.relative_to(out)),
+        **({"diverged": True} if diverged else {}),
     }
     atomic_write(dest / "run.json", json.dumps(record, indent=2) + "\n")

@@ -25,7 +25,7 @@ from torch import nn
 from asrkit.choices import resume_mode
 from asrkit.device import pick_device
 from asrkit.distributed.comm import Communicator, Pending, SoloCommunicator
-from asrkit.errors import ConfigError
+from asrkit.errors import ConfigError, TrainingDiverged
 from asrkit.loader.batch import Batch, Utterance, chunk_batch
 from asrkit.loader.planning import BucketBatches, shard_batches
 from asrkit.loader.prefetch import timed
@@ -577,7 +577,15 @@ class Trainer:
 
     def _log_step(self, bar, loss: float, lr: float, fps: float, wait: float) -> None:
         if not math.isfinite(loss):
-            log.warning("step %d: loss is %s", self.state.step, loss)
+            # The step has put the loss's NaN or infinity into the weights: every later
+            # step would train on garbage. A CTC batch too short for its targets does not
+            # come here (zero_infinity).
+            raise TrainingDiverged(
+                f"step {self.state.step}: the training loss is {loss}; training diverged at learning rate "
+                f"{lr:.3g}: lower optim.lr (or, at a large global batch, lengthen the warm-up: "
+                "schedule.warmup_epochs / warmup_steps), or clip gradients (train.clip_grad_norm)",
+                step=self.state.step,
+            )
         if bar is not None:
             bar.update(1)
             bar.set_postfix(

@@ -225,3 +225,14 @@ def test_adam_under_weight_averaging_at_a_few_utterances_per_learner_is_warned(
     if warned:
         assert "optim=sgd" in advice and "docs/distributed-training.md" in advice
         assert f"strategy={cfg.strategy.name}" in advice
+
+
+def test_a_loss_that_is_not_a_number_stops_training_with_the_step_and_a_fix(tmp_path) -> None:
+    from asrkit.errors import TrainingDiverged
+
+    trainer = _trainer(
+        tmp_path, 0, None, None, OptimConfig(name="sgd", lr=math.inf, momentum=0.9), max_batch=2, epochs=3
+    )
+    with pytest.raises(TrainingDiverged, match="lower optim.lr") as stopped:
+        trainer.fit()
+    assert stopped.value.step >= 1

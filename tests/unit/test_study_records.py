@@ -112,3 +112,38 @@ def test_another_plan_in_the_dir_adds_its_runs_and_drops_none_of_the_studys(tmp_
     assert counts["run_now"] == 0 and counts["finished_before"] < len(names)
     after = read_record(tmp_path / "plan.json")
     assert after == before and sorted(r["name"] for r in after["runs"]) == sorted(names)
+
+
+def test_a_diverged_run_is_finished_reported_and_needs_no_decode(tmp_path: Path) -> None:
+    """A run whose loss became NaN is an answer (this rate fails at this batch): it counts as
+    finished with run.json and diverged.json, the report names it, and it is not decoded."""
+    import dataclasses
+
+    plan = dataclasses.replace(_plan(), decode=True)
+    run = plan.runs()[0]
+    where = tmp_path / "runs" / run.name
+    where.mkdir(parents=True)
+    expected = _expected(plan, run, CONF)
+    assert expected["decoded"] is True
+    (where / "run.json").write_text(json.dumps({**expected, "diverged": True}))
+    assert run_state(where, expected)[0] == "unfinished"  # diverged.json missing
+    (where / "diverged.json").write_text(json.dumps({"step": 7, "message": "loss nan"}))
+    assert run_state(where, expected) == ("finished", "")
+    # A decoded plan's ordinary run needs its decode.json.
+    other = plan.runs()[1]
+    there = tmp_path / "runs" / other.name
+    there.mkdir(parents=True)
+    (there / "train_summary.json").write_text(
+        json.dumps({"history": [{"epoch": 1, "loss": 2.0, "seconds": 1.0}]})
+    )
+    (there / "sim.json").write_text("{}")
+    (there / "run.json").write_text(json.dumps(_expected(plan, other, CONF)))
+    state, why = run_state(there, _expected(plan, other, CONF))
+    assert state == "unfinished" and "decode.json: missing" in why
+    (there / "decode.json").write_text(json.dumps({"tuned_on": "dev", "sets": {"dev": {"wer": 9.5}}}))
+    assert run_state(there, _expected(plan, other, CONF))[0] == "finished"
+    from asrkit.study.report import load_diverged, load_runs
+
+    assert [r["name"] for r in load_diverged(tmp_path)] == [run.name]
+    assert load_diverged(tmp_path)[0]["diverged_step"] == 7
+    assert [r["dev_wer"] for r in load_runs(tmp_path)] == [9.5]
