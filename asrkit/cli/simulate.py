@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         help="charge communication at this ratio of one whole-model exchange's time to one "
         "learner's mean step of computation (the small model computes, the wire carries a "
-        "larger one; IBM's setups: about 0.15, docs/study.md)",
+        "larger one; IBM's setups: about 0.3, docs/study.md)",
     )
     scale.add_argument(
         "--bytes-scale",
