@@ -19,10 +19,10 @@ from asrkit.bench.features import bench_features
 from asrkit.bench.hybrid import bench_hybrid
 from asrkit.bench.scoring import bench_scoring
 from asrkit.bench.sim import bench_sim
-from asrkit.bench.sim_agreement import bench_sim_agreement
+from asrkit.bench.sim_agreement import SGD_HYBRID, bench_sim_agreement
 from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
-from asrkit.study.plan import STUDY_MODEL
+from asrkit.study.plan import SGD_LR, STUDY_MODEL, sgd_recipe
 
 BENCHMARKS: dict[str, Callable[..., dict]] = {
     "features": bench_features,
@@ -43,6 +43,18 @@ BENCHMARKS: dict[str, Callable[..., dict]] = {
         bench_sim, learners=(16, 64), global_batches=(192,), utterances=384, model=STUDY_MODEL
     ),
     "sim_agreement": bench_sim_agreement,
+    # The same on a model that learns: AN4's hybrid experiment (frame CE on its tied
+    # states; run in recipes/an4 after its stages 0-4) with the study's model and the
+    # papers' SGD recipe, SYNC included (its curves must be bitwise torchrun's).
+    "sim_agreement_ce": functools.partial(
+        bench_sim_agreement,
+        experiment=(*SGD_HYBRID, *sgd_recipe(SGD_LR)),
+        curves=(("sync", 2), ("sync", 4), ("adpsgd", 2), ("adpsgd", 4), ("delay_by_one", 2), ("hybrid", 4)),
+        utterances=512,
+        global_batch=32,
+        epochs=4,
+        throughput_learners=(),
+    ),
 }
 
 #: Smaller settings for ``asrkit bench --quick`` (a few minutes in all on 2 cores).
@@ -67,6 +79,7 @@ QUICK: dict[str, dict] = {
         "throughput_learners": (2,),
         "throughput_epochs": 2,
     },
+    "sim_agreement_ce": {"curves": (("sync", 2), ("adpsgd", 2)), "seeds": (1, 2), "utterances": 64, "epochs": 2},
 }
 
 __all__ = [

@@ -54,11 +54,48 @@ def split_utterances(
     return utts, utts[:2]
 
 
+def experiment_data(
+    overrides: list[str], count: int
+) -> tuple[LearnerParts, list[Utterance], list[Utterance]]:
+    """An experiment's own data, as its learners read it (frame targets of its alignments
+    for CE): the parts the experiment's settings make, the first ``count`` training
+    utterances (0: all) and the dev set, in memory. Run in the recipe's directory (its
+    ``data_root``, ``exp_dir``)."""
+    import dataclasses
+
+    from asrkit.learner import prepare_learner
+
+    cfg = to_object(compose(overrides))
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, in_memory=True, prefetch=0))
+    parts = prepare_learner(cfg, data_root=Path(cfg.data_root), exp_dir=Path(cfg.exp_dir), log_it=False)
+    assert isinstance(parts.train_set, InMemorySource) and isinstance(parts.dev_set, InMemorySource)
+    train = parts.train_set.utts[:count] if count else parts.train_set.utts
+    return parts, train, parts.dev_set.utts
+
+
 def bench_parts(
-    cfg: AsrkitConfig, train: list[Utterance], dev: list[Utterance], tokenizer: Tokenizer
+    cfg: AsrkitConfig,
+    train: list[Utterance],
+    dev: list[Utterance],
+    tokenizer: Tokenizer,
+    *,
+    like: LearnerParts | None = None,
 ) -> LearnerParts:
     """What a benchmark's learners share (:class:`~asrkit.learner.LearnerParts`): the
-    utterances in memory, ``cfg.model``, the CTC objective."""
+    utterances in memory, ``cfg.model``, the CTC objective; or, ``like`` an experiment's
+    parts (:func:`experiment_data`), that experiment's model settings, objective and
+    metadata with ``cfg``'s other settings."""
+    if like is not None:
+        return LearnerParts(
+            cfg,
+            InMemorySource(train),
+            InMemorySource(dev),
+            like.tokenizer,
+            like.model_cfg,
+            like.objective,
+            like.meta,
+            like.frame_shift,
+        )
     return LearnerParts(
         cfg,
         InMemorySource(train),

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from asrkit.bench.sim import bench_parts, read_bench_data, split_utterances
+from asrkit.bench.sim import bench_parts, experiment_data, read_bench_data, split_utterances
 from asrkit.bench.strategies import run_torchrun
 from asrkit.config import compose, to_object
 from asrkit.data import read_data_dir
@@ -64,13 +64,45 @@ COMMON = (
 )
 
 
+#: The study's model with the papers' SGD recipe on AN4's hybrid experiment (frame CE on
+#: tied states, a model that learns): ``bench_sim_agreement(..., experiment=SGD_HYBRID)``,
+#: run in recipes/an4 after its stages 0-4 (``asrkit bench sim_agreement_ce``).
+SGD_HYBRID: tuple[str, ...] = (
+    "+experiment=an4_hybrid",
+    "model.hidden=128",
+    "model.layers=2",
+    "model.stack=3",
+    "model.subsample=3",
+    "train.max_frames=100000000",
+    "optim.fused=true",
+)
+
+
 class _Sides:
-    """Runs one configuration on either side; step costs are measured once per learner count."""
+    """Runs one configuration on either side; step costs are measured once per learner
+    count. ``experiment``: overrides naming an experiment whose own data (the first
+    ``utterances`` training utterances, its dev set) and objective both sides train on."""
 
     def __init__(
-        self, data_dir: Path, tmp: Path, *, utterances: int, global_batch: int, size: str, network: str
+        self,
+        data_dir: Path,
+        tmp: Path,
+        *,
+        utterances: int,
+        global_batch: int,
+        size: str,
+        network: str,
+        experiment: tuple[str, ...] = (),
     ) -> None:
         self.data_dir, self.tmp, self.utterances, self.network = data_dir, tmp, utterances, network
+        self.experiment = experiment
+        self.costs: dict[tuple[int, bool], StepCost] = {}
+        self.runs = 0
+        if experiment:
+            self.like, self.train, self.dev = experiment_data(list(experiment), utterances)
+            self.tokenizer = self.like.tokenizer
+            self.common = [*COMMON, *experiment, f"train.max_batch={global_batch}"]
+            return
         self.tok_dir = tmp / "tokenizer"
         self.tokenizer = train_tokenizer(
             read_data_dir(data_dir).text or {}, self.tok_dir, TokenizerConfig(kind="char")
@@ -85,8 +117,6 @@ class _Sides:
             f"model.size={size}",
             f"features.num_mel_bins={dim}",
         ]
-        self.costs: dict[tuple[int, bool], StepCost] = {}
-        self.runs = 0
 
     def overrides(self, strategy: str, learners: int, *, seed: int, epochs: int, straggler: str) -> list[str]:
         chosen = [
@@ -101,11 +131,15 @@ class _Sides:
     def real(self, overrides: list[str], learners: int, *, held_out: bool) -> dict[str, Any]:
         self.runs += 1
         out = self.tmp / f"real{self.runs}"
-        args = [str(self.data_dir), str(self.tok_dir), str(out), str(self.utterances)]
+        if self.experiment:
+            args = ["-", "-", str(out), str(self.utterances), "experiment"]
+        else:
+            args = [str(self.data_dir), str(self.tok_dir), str(out), str(self.utterances)]
+            args.append("held-out" if held_out else "-")
         run_torchrun(
             "asrkit.bench.sim_worker",
             learners,
-            [*args, "held-out" if held_out else "-", *overrides],
+            [*args, *overrides],
             what=f"torchrun {' '.join(overrides[-5:])}",
             timeout_s=1800,
         )
@@ -115,8 +149,11 @@ class _Sides:
         self.runs += 1
         out = self.tmp / f"sim{self.runs}"
         cfg = to_object(compose([*overrides, f"exp_dir={out}"]))
-        train, dev = split_utterances(self.utts, self.utterances, held_out=held_out)
-        parts = bench_parts(cfg, train, dev, self.tokenizer)
+        if self.experiment:
+            parts = bench_parts(cfg, self.train, self.dev, self.tokenizer, like=self.like)
+        else:
+            train, dev = split_utterances(self.utts, self.utterances, held_out=held_out)
+            parts = bench_parts(cfg, train, dev, self.tokenizer)
         key = (learners, held_out)
         threads = torch.get_num_threads()
         try:
@@ -126,7 +163,7 @@ class _Sides:
             torch.set_num_threads(threads)
             simulate(
                 cfg,
-                data_root=self.data_dir.parent,
+                data_root=Path(cfg.data_root) if self.experiment else self.data_dir.parent,
                 exp_dir=out,
                 network=NETWORKS[self.network],
                 cost=self.costs[key],
@@ -149,6 +186,8 @@ def _outcome(out: Path) -> dict[str, Any]:
 
 
 def _compare_curves(real: list[list[float]], sim: list[list[float]]) -> dict[str, Any]:
+    """Per epoch, the real runs' range and both sides' means; ``within_spread``, the worst
+    gap over the spread, and ``bitwise``: every seed's curves equal on both sides (SYNC's)."""
     epochs = min(min(len(c) for c in real), min(len(c) for c in sim))
     rows, within, worst = [], True, 0.0
     for e in range(epochs):
@@ -172,7 +211,13 @@ def _compare_curves(real: list[list[float]], sim: list[list[float]]) -> dict[str
                 "inside": inside,
             }
         )
-    return {"within_spread": within, "worst_gap_over_spread": round(worst, 3), "epochs": rows}
+    bitwise = all(r == s for r, s in zip(real, sim, strict=True))
+    return {
+        "within_spread": within,
+        "worst_gap_over_spread": round(worst, 3),
+        "bitwise": bitwise,
+        "epochs": rows,
+    }
 
 
 def _throughput(sides: _Sides, learners: int, epochs: int, *, real: bool) -> dict[str, Any]:
@@ -206,8 +251,11 @@ def bench_sim_agreement(
     throughput_epochs: int = 8,
     size: str = "demo",
     network: str = "10gbe",
+    experiment: tuple[str, ...] = (),
 ) -> dict:
-    """Dev-loss curves and straggler throughput, simulated against torchrun (see above)."""
+    """Dev-loss curves and straggler throughput, simulated against torchrun (see above);
+    ``experiment``: train on that experiment's own data and objective (``SGD_HYBRID``),
+    ``data_dir`` unused."""
     data_dir = Path(data_dir)
     result: dict[str, Any] = {
         "utterances": utterances,
@@ -215,13 +263,20 @@ def bench_sim_agreement(
         "model": size,
         "seeds": list(seeds),
         "network": network,
+        "experiment": list(experiment),
         "cpus": os.cpu_count(),
         "curves": {},
         "throughput": {},
     }
     with tempfile.TemporaryDirectory(prefix="asrkit-bench-sim-agreement-") as tmp:
         sides = _Sides(
-            data_dir, Path(tmp), utterances=utterances, global_batch=global_batch, size=size, network=network
+            data_dir,
+            Path(tmp),
+            utterances=utterances,
+            global_batch=global_batch,
+            size=size,
+            network=network,
+            experiment=experiment,
         )
         for strategy, learners in curves:
             real, sim = [], []
