@@ -408,6 +408,10 @@ PLANS: dict[str, dict] = {
     "ibm_sgd": {
         **_CONVERGED,
         "grid": "converged",
+        # model.pt is the last epoch's: the consensus of the averaging strategies' replicas
+        # (the experiment's average of 5 epochs would mix in learner 0's own replicas); the
+        # lock-step runs keep their best dev-loss epoch, with the decay the last one or next.
+        "common": ("optim.fused=true", "train.average_last=1"),
         "optimizers": {"sgd": sgd_recipe(SGD_LR), "adam": ADAM_RECIPE},
     },
     "sgd_sweep": {

@@ -241,6 +241,21 @@ def test_a_finished_simulation_answers_only_the_same_question(tmp_path: Path) ->
     for flag, value in (("--bandwidth-gbps", "nan"), ("--latency-us", "inf"), ("--bandwidth-gbps", "-1")):
         bad = run_cli("simulate", flag, value, *settings)
         assert bad.returncode == 2 and "finite" in bad.stderr, (flag, value, bad.stderr[-2000:])
+    # Communication at a chosen ratio: another dir, the same SYNC model (its updates do not
+    # depend on time), every message charged as more bytes, so more virtual time.
+    ratio = run_cli("simulate", "--comm-ratio", "0.5", *settings)
+    assert ratio.returncode == 0 and "communication at ratio 0.5" in ratio.stderr, ratio.stderr[-3000:]
+    made = set(sorted((tmp_path / "prep" / "sim").glob("sync_n2_infiniband_seed1_*"))) - set(runs)
+    assert len(made) == 1
+    charged, plain = (
+        json.loads((r / "sim.json").read_text()) for r in (made.pop(), runs[bandwidths_of(runs).index(100.0)])
+    )
+    assert charged["network"]["bytes_scale"] > 1 and charged["settings"]["network.comm_ratio"] == 0.5
+    assert charged["virtual_s"] > plain["virtual_s"]
+
+
+def bandwidths_of(runs: list[Path]) -> list[float]:
+    return [json.loads((r / "sim.json").read_text())["network"]["bandwidth_gbps"] for r in runs]
 
 
 def test_a_step_cost_is_keyed_on_the_model(tmp_path: Path) -> None:
