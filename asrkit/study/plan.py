@@ -351,8 +351,9 @@ AN4_BASE_BATCH = 32
 #: linear warm-up over the first epoch (in samples), held, then x 1/sqrt(2) per epoch from
 #: epoch 7 of 12; no gradient clipping (it would shorten each ADPSGD learner's noisier
 #: small-batch steps more than SYNC's averaged one). ``lr`` from the one-learner sweep.
-def sgd_recipe(lr: float) -> tuple[str, ...]:
-    """The papers' recipe at peak rate ``lr`` for global batch :data:`AN4_BASE_BATCH`."""
+def sgd_recipe(lr: float, decay_start: int = 7) -> tuple[str, ...]:
+    """The papers' recipe at peak rate ``lr`` for global batch :data:`AN4_BASE_BATCH`, the
+    rate x 1/sqrt(2) per epoch from epoch ``decay_start`` on."""
     return (
         "optim=sgd",
         f"optim.lr={lr:g}",
@@ -362,7 +363,7 @@ def sgd_recipe(lr: float) -> tuple[str, ...]:
         "schedule.warmup_epochs=1",
         "schedule.anneal=exponential",
         "schedule.decay=0.7071",
-        "schedule.decay_start_epoch=7",
+        f"schedule.decay_start_epoch={decay_start}",
     )
 
 
@@ -376,7 +377,7 @@ ADAM_RECIPE = (
     "schedule.anneal=cosine",
 )
 #: The SGD rates the one-learner sweep tried at batch 32 (``sweep`` plan).
-SWEEP_LRS = (0.05, 0.1, 0.2, 0.4, 0.025, 0.0125)
+SWEEP_LRS = (0.05, 0.1, 0.2, 0.4, 0.025)
 #: The sweep's choice (docs/study.md): the best dev WER at one learner.
 SGD_LR = 0.1
 #: Communication: today's (the 2 x 128 model's own bytes) and the papers' ratio of one
@@ -417,7 +418,14 @@ PLANS: dict[str, dict] = {
     "sgd_sweep": {
         **_CONVERGED,
         "grid": "sweep",
-        "optimizers": {**{f"sgd{lr:g}": sgd_recipe(lr) for lr in SWEEP_LRS}, "adam": ADAM_RECIPE},
+        "comms": {},  # one learner: no communication
+        "optimizers": {
+            **{f"sgd{lr:g}": sgd_recipe(lr) for lr in SWEEP_LRS},
+            "adam": ADAM_RECIPE,
+            # The decay from epoch 4 (8 halvings of the rate's square by the end, as
+            # Adam's cosine ends near 2% of its peak).
+            **{f"sgd{lr:g}_d4": sgd_recipe(lr, 4) for lr in (0.05, 0.025)},
+        },
     },
     "ibm": {**_IBM, "grid": "claims"},
     "ibm_full": _IBM,
