@@ -79,7 +79,12 @@ QUICK: dict[str, dict] = {
         "throughput_learners": (2,),
         "throughput_epochs": 2,
     },
-    "sim_agreement_ce": {"curves": (("sync", 2), ("adpsgd", 2)), "seeds": (1, 2), "utterances": 64, "epochs": 2},
+    "sim_agreement_ce": {
+        "curves": (("sync", 2), ("adpsgd", 2)),
+        "seeds": (1, 2),
+        "utterances": 64,
+        "epochs": 2,
+    },
 }
 
 __all__ = [

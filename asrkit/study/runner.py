@@ -33,6 +33,7 @@ from asrkit.learner import prepare_learner
 from asrkit.sim.calibrate import learner_batch_caps, load_or_measure
 from asrkit.sim.experiment import simulate_experiment
 from asrkit.sim.network import Network
+from asrkit.stages.lock import experiment_lock
 from asrkit.study.decode import decode_run
 from asrkit.study.plan import StudyPlan, StudyRun
 from asrkit.study.records import DIVERGED_FILE, expected_record, read_record, run_state
@@ -55,6 +56,25 @@ def run_study(
     time; returns how many were finished before, run now and left."""
     if jobs < 1:
         raise ConfigError(f"--jobs {jobs}: give at least 1")
+    # One study run per dir at a time: a second one would simulate the same runs into the
+    # same dirs (seen: a second `study run` started the first one's run in flight again).
+    with experiment_lock(out, name=STUDY_LOCK):
+        return _run_study(plan, out, network=network, max_runs=max_runs, jobs=jobs, config_dir=config_dir)
+
+
+#: The lock file a running study holds in its dir.
+STUDY_LOCK = ".lock.study"
+
+
+def _run_study(
+    plan: StudyPlan,
+    out: Path,
+    *,
+    network: Network,
+    max_runs: int | None,
+    jobs: int,
+    config_dir: str | Path,
+) -> dict[str, int]:
     runs = plan.runs()
     settings = json.loads(
         json.dumps({"plan": dataclasses.asdict(plan), "network": dataclasses.asdict(network)})

@@ -147,3 +147,15 @@ def test_a_diverged_run_is_finished_reported_and_needs_no_decode(tmp_path: Path)
     assert [r["name"] for r in load_diverged(tmp_path)] == [run.name]
     assert load_diverged(tmp_path)[0]["diverged_step"] == 7
     assert [r["dev_wer"] for r in load_runs(tmp_path)] == [9.5]
+
+
+def test_a_second_study_run_in_the_same_dir_is_refused(tmp_path: Path) -> None:
+    """Seen in the field: a second `study run` on a dir started the run the first one had
+    in flight again, into the same run dir."""
+    from asrkit.stages.lock import experiment_lock
+    from asrkit.study.runner import STUDY_LOCK
+
+    with experiment_lock(tmp_path, name=STUDY_LOCK):
+        with pytest.raises(ConfigError, match=str(tmp_path)):
+            run_study(_plan(), tmp_path, network=NETWORKS["infiniband"], config_dir=CONF)
+    assert not (tmp_path / "plan.json").exists()
