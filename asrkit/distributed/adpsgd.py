@@ -64,6 +64,7 @@ class Adpsgd(DistributedStrategy):
 
     def __init__(self, cfg: AdpsgdConfig, groups: Groups, *, seed: int) -> None:
         super().__init__(cfg, groups, seed=seed)
+        self.gradient_share = 1.0 / self.world_size
         self._restored_samples: int | None = None
         assert groups.pairs is not None  # the communication thread's own group
         self.pairs = groups.pairs

@@ -47,6 +47,7 @@ class DelayByOne(DistributedStrategy):
 
     def __init__(self, cfg: DelayByOneConfig, groups: Groups, *, seed: int) -> None:
         super().__init__(cfg, groups, seed=seed)
+        self.gradient_share = 1.0 / self.world_size
         assert groups.pairs is not None
         self.pairs = groups.pairs
         #: Exchanges started and not merged yet: (my snapshot, the exchange or its result).

@@ -45,6 +45,7 @@ class Hybrid(DistributedStrategy):
     def __init__(self, cfg: HybridConfig, groups: Groups, *, seed: int) -> None:
         super().__init__(cfg, groups, seed=seed)
         size = cfg.group_size
+        self.gradient_share = size / self.world_size
         self.group_count = self.world_size // size
         self.group_index, self.index_in_group = divmod(self.rank, size)
         self.leader = self.group_index * size

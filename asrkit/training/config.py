@@ -155,7 +155,10 @@ class TrainConfig:
         epochs: passes over the training set.
         max_frames: cap on padded input frames per batch (batch x longest).
         max_batch: cap on utterances per batch.
-        clip_grad_norm: global gradient-norm clipping (0 = off).
+        clip_grad_norm: gradient-norm clipping (0 = off) at the global batch: a learner
+            whose optimizer steps on a share s of it (ADPSGD's, delay-by-one's: 1/n;
+            HYBRID's groups: G/n) clips at this / sqrt(s), its gradient's larger noise
+            (``Strategy.gradient_share``), so clipping does not shorten averaged steps.
         device: ``auto`` (CUDA when present), ``cpu`` or ``cuda``.
         num_threads: intra-op CPU threads (0 = torch's default).
         adapt_threads: on CPU, lower the intra-op threads to the cores other processes

@@ -54,9 +54,16 @@ class Strategy:
         lockstep: every learner takes the same steps (so a stop or a resume state may
             fall mid-epoch); strategies that average asynchronously meet only at epoch
             ends and save barriers.
+        gradient_share: the share of the global batch in the gradient this learner's
+            optimizer steps on: 1 alone and for SYNC (the global batch's mean), 1/n for
+            the learners of ADPSGD and delay-by-one, G/n for HYBRID's groups of G. The
+            trainer clips a gradient of a share s at ``train.clip_grad_norm / sqrt(s)``: a
+            smaller batch's gradient is noisier by that factor, and clipping it at the
+            global batch's threshold would make the averaged steps shorter than SYNC's.
     """
 
     lockstep: bool = True
+    gradient_share: float = 1.0
 
     def __init__(self) -> None:
         self.sharding = Sharding()

@@ -321,7 +321,9 @@ class Trainer:
             loss.backward()
             self.strategy.after_backward(model, self.state)
             if self.cfg.clip_grad_norm > 0:
-                nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad_norm)
+                # At the global batch's threshold for its share (Strategy.gradient_share).
+                limit = self.cfg.clip_grad_norm / self.strategy.gradient_share**0.5
+                nn.utils.clip_grad_norm_(self.model.parameters(), limit)
             self.optimizer.step()
             self.state.step += 1
             self.state.samples += len(batch.utts)

@@ -236,3 +236,46 @@ def test_a_loss_that_is_not_a_number_stops_training_with_the_step_and_a_fix(tmp_
     with pytest.raises(TrainingDiverged, match="lower optim.lr") as stopped:
         trainer.fit()
     assert stopped.value.step >= 1
+
+
+@pytest.mark.parametrize(
+    "name, own, learners, share",
+    [
+        ("sync", {}, 4, 1.0),
+        ("adpsgd", {}, 4, 0.25),
+        ("delay_by_one", {}, 4, 0.25),
+        ("hybrid", {"group_size": 2}, 4, 0.5),
+    ],
+)
+def test_a_learner_clips_its_gradient_at_the_global_threshold_for_its_share(
+    tmp_path, name: str, own: dict, learners: int, share: float
+) -> None:
+    """Clipping at train.clip_grad_norm / sqrt(share): a learner's gradient of 1/n of the
+    batch is sqrt(n) noisier, and at the global threshold its steps would be clipped more
+    often than SYNC's one step on the mean."""
+    from unittest import mock
+
+    cfg = strategy_config(name, learners=learners, **own)
+    clock = Clock()
+    world = SimWorld(clock, learners, NETWORKS["infiniband"])
+    limits: list[float] = []
+    real = torch.nn.utils.clip_grad_norm_
+
+    def spy(params, max_norm, *args, **kwargs):
+        limits.append(float(max_norm))
+        return real(params, max_norm, *args, **kwargs)
+
+    def learner(rank: int):
+        strategy, comm = join(cfg, world.communicator(rank), seed=0)
+        trainer = _trainer(
+            tmp_path, rank, comm, strategy, OptimConfig(name="sgd", lr=0.01), max_batch=8, epochs=1
+        )
+        trainer.cfg.clip_grad_norm = 5.0
+        assert strategy.gradient_share == share
+        trainer.fit()
+
+    with mock.patch("torch.nn.utils.clip_grad_norm_", spy):
+        for rank in range(learners):
+            clock.spawn(lambda rank=rank: learner(rank), name=f"learner-{rank}")
+        clock.run()
+    assert limits and all(limit == pytest.approx(5.0 / share**0.5) for limit in limits)
