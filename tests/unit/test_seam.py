@@ -91,7 +91,11 @@ POINTS = {"wrap", "before_step", "after_backward", "after_step", "finish", "stat
 
 
 def test_a_strategy_is_its_six_points() -> None:
-    assert {name for name in vars(Strategy) if not name.startswith("_")} == POINTS | {"lockstep"}
+    # Besides the points, two declarations the trainer reads: lock-step, the gradient's share.
+    assert {name for name in vars(Strategy) if not name.startswith("_")} == POINTS | {
+        "lockstep",
+        "gradient_share",
+    }
 
 
 def test_the_trainer_meets_a_strategy_at_its_six_points_only(tmp_path: Path) -> None:
@@ -100,7 +104,7 @@ def test_the_trainer_meets_a_strategy_at_its_six_points_only(tmp_path: Path) -> 
     spy.read.clear()  # the planner read the sharding when the trainer was built
     trainer.fit()
     points = POINTS
-    assert set(spy.read) - {"lockstep"} <= points
+    assert set(spy.read) - {"lockstep", "gradient_share"} <= points
     steps = trainer.state.step
     calls = [name for name in spy.read if name in points]
     assert calls[0] == "wrap" and calls.count("wrap") == 1
