@@ -94,7 +94,7 @@ def plot(name: str, result: dict, out_dir: str | Path) -> Path | None:
                 if key in part  # a skipped part has only its reason
             }
             _bars(right, list(rtfs), list(rtfs.values()), "real-time factor", "decoding, same utterances")
-        elif name == "sim_agreement":
+        elif name in ("sim_agreement", "sim_agreement_ce"):
             curves = result["curves"]
             fig.clf()
             fig.set_size_inches(4 * max(1, len(curves)), 3.5)
@@ -115,7 +115,7 @@ def plot(name: str, result: dict, out_dir: str | Path) -> Path | None:
                     epochs, [r["sim_mean"] for r in curve["epochs"]], marker="x", label="simulated mean"
                 )
                 axis.set_xlabel("epoch")
-                axis.set_ylabel("held-out loss")
+                axis.set_ylabel("dev loss")
                 axis.set_title(label, fontsize=9)
             axes[0].legend(fontsize=7)
         else:
