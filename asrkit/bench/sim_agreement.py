@@ -126,6 +126,10 @@ class _Sides:
         ]
         if strategy != "sync":
             chosen.append("strategy.pattern=random")
+        elif self.experiment:
+            # Gradients added in rank order on both sides, so torchrun's SYNC is bitwise the
+            # simulator's at any learner count (gloo's ring adds 4 in another order).
+            chosen.append("strategy.ordered_sum=true")
         return [*self.common, *chosen, f"seed={seed}", f"train.epochs={epochs}"]
 
     def real(self, overrides: list[str], learners: int, *, held_out: bool) -> dict[str, Any]:
