@@ -22,7 +22,7 @@ from asrkit.bench.sim import bench_sim
 from asrkit.bench.sim_agreement import SGD_HYBRID, bench_sim_agreement
 from asrkit.bench.strategies import bench_strategies
 from asrkit.bench.trainer import bench_trainer
-from asrkit.study.plan import SGD_DECAY_START, SGD_LR, STUDY_MODEL, sgd_recipe
+from asrkit.study.plan import SGD_CLIP, SGD_DECAY_START, SGD_LR, STUDY_MODEL, sgd_recipe
 
 BENCHMARKS: dict[str, Callable[..., dict]] = {
     "features": bench_features,
@@ -48,10 +48,10 @@ BENCHMARKS: dict[str, Callable[..., dict]] = {
     # papers' SGD recipe, SYNC included (its curves must be bitwise torchrun's).
     "sim_agreement_ce": functools.partial(
         bench_sim_agreement,
-        experiment=(*SGD_HYBRID, *sgd_recipe(SGD_LR, SGD_DECAY_START)),
+        experiment=(*SGD_HYBRID, *sgd_recipe(SGD_LR, SGD_DECAY_START, SGD_CLIP)),
         curves=(("sync", 2), ("sync", 4), ("adpsgd", 2), ("adpsgd", 4), ("delay_by_one", 2), ("hybrid", 4)),
         utterances=512,
-        global_batch=16,  # 32 steps an epoch: the warm-up's 32 steps keep SGD stable
+        global_batch=16,  # 32 steps an epoch: a warm-up of 32 steps
         epochs=4,
         throughput_learners=(),
     ),
