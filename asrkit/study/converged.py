@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 
 from asrkit.distributed.topology import expected_mixing_matrix, spectral_gap
 from asrkit.study.plan import STRATEGIES
-from asrkit.study.report import Run, _fmt, _groups, _loss, _mean_sd, _save, _table, _target, _time_to
+from asrkit.study.tables import Run, _fmt, _groups, _loss, _mean_sd, _save, _table, _target, _time_to
 
 __all__ = ["GOOD_WER_MARGIN", "converged_sections"]
 

@@ -1,23 +1,15 @@
 """Tables and plots of a study's finished runs (``asrkit study report``): what docs/study.md
 shows, regenerated from ``<out>/runs/*/`` (``run.json``, ``sim.json``,
-``train_summary.json``, ``learners.json``).
-
-Times are virtual seconds of the simulated cluster (training epochs only, as
-``train_summary.json`` counts them). A group's *target loss* is the lowest dev loss every
-run of the group reaches, as in ``asrkit bench convergence``; *time to target* is the
-virtual time the dev loss crosses it, interpolated linearly between the two validations
-either side of the crossing (the first validation's time where that one is already at or
-below it): a run validates at its epochs' ends only, and the study's runs have few.
+``train_summary.json``, ``learners.json``, ``decode.json``). The first study's sections
+are here; a study trained to the end has its own (:mod:`asrkit.study.converged`); times
+and targets as :mod:`asrkit.study.tables` says.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import statistics
-from collections import defaultdict
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +21,23 @@ import matplotlib.pyplot as plt  # noqa: E402
 from asrkit.data.io import atomic_write  # noqa: E402
 from asrkit.distributed.topology import expected_mixing_matrix, spectral_gap  # noqa: E402
 from asrkit.errors import DataError  # noqa: E402
+from asrkit.study.converged import converged_sections  # noqa: E402
 from asrkit.study.plan import STRATEGIES  # noqa: E402
 from asrkit.study.records import read_record  # noqa: E402
+from asrkit.study.tables import (  # noqa: E402
+    Run,
+    _final,
+    _fmt,
+    _groups,
+    _loss,
+    _mean_sd,
+    _save,
+    _table,
+    _target,
+    _time_to,
+)
 
 __all__ = ["load_runs", "write_report"]
-
-Run = dict[str, Any]
 
 log = logging.getLogger(__name__)
 
@@ -99,31 +102,6 @@ def load_diverged(out: Path) -> list[Run]:
     return runs
 
 
-def _target(runs: Iterable[Run]) -> float:
-    return max(min(p["loss"] for p in r["curve"]) for r in runs)
-
-
-def _time_to(run: Run, target: float) -> float | None:
-    before = None
-    for point in run["curve"]:
-        if point["loss"] <= target:
-            if before is None or before["loss"] <= point["loss"]:
-                return float(point["time"])
-            share = (before["loss"] - target) / (before["loss"] - point["loss"])
-            return float(before["time"] + share * (point["time"] - before["time"]))
-        before = point
-    return None
-
-
-def _loss(run: Run) -> float:
-    """The run's last dev loss."""
-    return float(run["curve"][-1]["loss"])
-
-
-def _final(run: Run, key: str) -> float | None:
-    return run["curve"][-1][key] if run["curve"] else None
-
-
 def _quality(runs: list[Run]) -> tuple[str, str]:
     """The dev figure a group of runs reports besides the loss: greedy WER where the model
     decodes by itself (CTC), frame accuracy where it needs a graph (CE on tied states)."""
@@ -132,30 +110,8 @@ def _quality(runs: list[Run]) -> tuple[str, str]:
     return "acc", "final dev frame accuracy %"
 
 
-def _mean_sd(values: list[float | None], digits: int = 2) -> str:
-    known = [v for v in values if v is not None]
-    if not known:
-        return "—"
-    if len(known) == 1:
-        return f"{known[0]:.{digits}f}"
-    return f"{statistics.fmean(known):.{digits}f} ± {statistics.stdev(known):.{digits}f}"
-
-
 def _section(title: str, header: list[str], rows: list[list[Any]], figure: str) -> str:
     return f"{title}\n\n{_table(header, rows)}\n\n![](study/{figure})\n"
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _groups(runs: list[Run], key: Callable[[Run], tuple]) -> dict[tuple, list[Run]]:
-    groups: dict[tuple, list[Run]] = defaultdict(list)
-    for r in runs:
-        groups[key(r)].append(r)
-    return dict(sorted(groups.items()))
 
 
 def _order(strategy: str) -> int:
@@ -389,17 +345,6 @@ def _equal_seed_1(runs: list[Run]) -> list[Run]:
     return [r for r in runs if r["straggler"] == "none" and r["seed"] == 1]
 
 
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
-def _save(fig: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
-
 def _cost(out: Path) -> str:
     """What running the study cost this machine, from ``sittings.json``."""
     path = out / "sittings.json"
@@ -443,8 +388,6 @@ def write_report(out: Path, docs: Path, *, name: str = "study_results") -> Path:
         "experiment's HCLG, its weights tuned on dev. See docs/study.md for the verdicts.\n" + _cost(out)
     )
     if any(r.get("optim") for r in runs):  # a study trained to the end (docs/study.md)
-        from asrkit.study.converged import converged_sections
-
         sections = converged_sections(runs, figures, diverged)
         if figures.name != "study":
             sections = [s.replace("](study/", f"]({figures.name}/") for s in sections]
