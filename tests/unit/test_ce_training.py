@@ -285,3 +285,55 @@ def test_hybrid_training_leaves_out_what_the_gmm_stage_could_not_align(tmp_path:
     named = to_object(compose(["objective=ce", f"align.train={exp / 'gmm' / 'ali_train'}"]))
     with pytest.raises(DataError, match="max_missing"):
         _with_alignments(named, exp, source, "train", num_classes=30, log_it=False)
+
+
+def tiny_ce_trainer(
+    tmp_path,
+    rank: int,
+    comm,
+    strategy,
+    optim,
+    *,
+    max_batch: int = 4,
+    epochs: int = 2,
+    clip: float = 0.0,
+    schedule=None,
+):
+    """Learner ``rank``'s Trainer of a tiny frame-CE model on :data:`TEXTS` (its model seeded
+    with ``rank``), for tests of strategies on the simulator's clock."""
+    from asrkit.models import ModelConfig, build_model
+    from asrkit.targets import TokenizerConfig, train_tokenizer
+    from asrkit.training.config import ScheduleConfig, SpecAugConfig, TrainConfig
+    from asrkit.training.objectives import build_objective
+    from asrkit.training.trainer import Trainer
+
+    tokenizer = train_tokenizer(TEXTS, tmp_path / f"tok{rank}", TokenizerConfig(kind="char"))
+    torch.manual_seed(rank)
+    model = build_model(
+        ModelConfig(size="tiny", num_classes=tokenizer.num_tokens + 1),
+        input_dim=8,
+        num_tokens=tokenizer.num_tokens,
+    )
+    return Trainer(
+        model,
+        _utts(tokenizer),
+        _utts(tokenizer),
+        tokenizer=tokenizer,
+        exp_dir=tmp_path / f"rank{rank}",
+        cfg=TrainConfig(
+            epochs=epochs,
+            max_frames=10_000,
+            max_batch=max_batch,
+            progress=False,
+            device="cpu",
+            clip_grad_norm=clip,
+        ),
+        optim=optim,
+        schedule=schedule or ScheduleConfig(warmup_steps=0, anneal="none"),
+        specaug=SpecAugConfig(enabled=False),
+        meta={"model": model.args},
+        seed=0,
+        objective=build_objective("ce", token_classes=True),
+        comm=comm,
+        strategy=strategy,
+    )

@@ -67,43 +67,9 @@ def test_warm_up_spans_one_epoch_of_samples_at_every_batch_then_holds_then_decay
 
 
 def _trainer(tmp_path, rank: int, comm, strategy, optim: OptimConfig, *, max_batch: int = 4, epochs: int = 2):
-    from asrkit.models import ModelConfig, build_model
-    from asrkit.targets import TokenizerConfig, train_tokenizer
-    from asrkit.training.config import SpecAugConfig, TrainConfig
-    from asrkit.training.objectives import build_objective
-    from asrkit.training.trainer import Trainer
-    from tests.unit.test_ce_training import TEXTS, _utts
+    from tests.unit.test_ce_training import tiny_ce_trainer
 
-    tokenizer = train_tokenizer(TEXTS, tmp_path / f"tok{rank}", TokenizerConfig(kind="char"))
-    torch.manual_seed(rank)
-    model = build_model(
-        ModelConfig(size="tiny", num_classes=tokenizer.num_tokens + 1),
-        input_dim=8,
-        num_tokens=tokenizer.num_tokens,
-    )
-    return Trainer(
-        model,
-        _utts(tokenizer),
-        _utts(tokenizer),
-        tokenizer=tokenizer,
-        exp_dir=tmp_path / f"rank{rank}",
-        cfg=TrainConfig(
-            epochs=epochs,
-            max_frames=10_000,
-            max_batch=max_batch,
-            progress=False,
-            device="cpu",
-            clip_grad_norm=0,
-        ),
-        optim=optim,
-        schedule=ScheduleConfig(warmup_steps=0, anneal="none"),
-        specaug=SpecAugConfig(enabled=False),
-        meta={"model": model.args},
-        seed=0,
-        objective=build_objective("ce", token_classes=True),
-        comm=comm,
-        strategy=strategy,
-    )
+    return tiny_ce_trainer(tmp_path, rank, comm, strategy, optim, max_batch=max_batch, epochs=epochs)
 
 
 def test_the_trainer_steps_at_the_rate_scaled_to_its_global_batch(tmp_path) -> None:

@@ -153,43 +153,26 @@ def test_every_averaging_strategy_runs_on_the_clock_keeps_the_mean_and_repeats(c
 def test_sync_trains_a_frame_ce_model_whose_ctc_head_gets_no_gradient(tmp_path) -> None:
     """A CE model's CTC head is not in the loss: the trainer marks it so, or a data-parallel
     wrapper (DDP, or the simulator's) would wait for its gradients forever."""
-    from asrkit.models import ModelConfig, build_model
-    from asrkit.targets import TokenizerConfig, train_tokenizer
-    from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
-    from asrkit.training.objectives import build_objective
-    from asrkit.training.trainer import Trainer
-    from tests.unit.test_ce_training import TEXTS, _utts
+    from asrkit.training.config import OptimConfig, ScheduleConfig
+    from tests.unit.test_ce_training import tiny_ce_trainer
 
-    tokenizer = train_tokenizer(TEXTS, tmp_path / "tok", TokenizerConfig(kind="char"))
-    utts = _utts(tokenizer)
     clock = Clock()
     world = SimWorld(clock, 2, NETWORKS["infiniband"])
 
     def learner(rank: int):
-        torch.manual_seed(rank)
-        model = build_model(
-            ModelConfig(size="tiny", num_classes=tokenizer.num_tokens + 1),
-            input_dim=8,
-            num_tokens=tokenizer.num_tokens,
-        )
         strategy, comm = join(strategy_config("sync", learners=2), world.communicator(rank), seed=0)
-        trainer = Trainer(
-            model,
-            utts,
-            utts,
-            tokenizer=tokenizer,
-            exp_dir=tmp_path / f"rank{rank}",
-            cfg=TrainConfig(epochs=3, max_frames=10_000, max_batch=4, progress=False, device="cpu"),
-            optim=OptimConfig(lr=1e-2),
+        trainer = tiny_ce_trainer(
+            tmp_path,
+            rank,
+            comm,
+            strategy,
+            OptimConfig(lr=1e-2),
+            epochs=3,
+            clip=5.0,
             schedule=ScheduleConfig(warmup_steps=0),
-            specaug=SpecAugConfig(enabled=False),
-            meta={"model": model.args},
-            seed=0,
-            objective=build_objective("ce", token_classes=True),
-            comm=comm,
-            strategy=strategy,
         )
         trainer.fit()
+        model = trainer.model
         return flatten(list(model.parameters())), [p.requires_grad for p in model.ctc_head.parameters()]
 
     for rank in range(2):
