@@ -121,7 +121,7 @@ class AsrkitConfig:
         objective: ``ctc`` (token targets) or ``ce`` (frame targets from ``align``).
         pipeline: the recipe's stages: ``ctc`` (CTC acoustic models) or ``hybrid`` (GMM-HMM
             systems, then a BLSTM trained with frame CE on their tied states and decoded
-            through HCLG; :mod:`asrkit.stages.hybrid`).
+            through HCLG; :mod:`asrkit.stages.hmm`).
         resume: training continues from its last complete checkpoint when one made with
             the same settings exists (``auto``), must (``true``) or starts over (``false``).
     """

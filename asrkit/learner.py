@@ -1,6 +1,6 @@
 """One learner's training, as a library function: the train stage calls it in-process (one
 learner, or as the learner a user's own torchrun started), the torchrun entry point
-:mod:`asrkit.stages.learner` calls it in each learner, and the data benchmark's worker
+:mod:`asrkit.stages.learner_process` calls it in each learner, and the data benchmark's worker
 does too, so what it measures is the stage's own path.
 
 :func:`train_learner` sets up the process group (several learners), the threads, the data
@@ -22,12 +22,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from asrkit.comm import Communicator
 from asrkit.config import AsrkitConfig
 from asrkit.data.datadir import read_frame_shift
 from asrkit.data.io import atomic_write, atomic_writer
 from asrkit.device import pick_device
 from asrkit.distributed.base import write_learner_metrics
-from asrkit.distributed.comm import Communicator
 from asrkit.distributed.config import WEIGHT_AVERAGING
 from asrkit.distributed.launch import (
     DistContext,

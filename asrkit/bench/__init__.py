@@ -16,7 +16,7 @@ from asrkit.bench.convergence import bench_convergence
 from asrkit.bench.data import bench_data
 from asrkit.bench.decoding import bench_decoding
 from asrkit.bench.features import bench_features
-from asrkit.bench.hybrid import bench_hybrid
+from asrkit.bench.hmm import bench_hybrid
 from asrkit.bench.scoring import bench_scoring
 from asrkit.bench.sim import bench_sim
 from asrkit.bench.sim_agreement import SGD_HYBRID, bench_sim_agreement

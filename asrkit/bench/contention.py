@@ -33,7 +33,8 @@ from asrkit.loader.batch import collate, plan_buckets
 from asrkit.features.cmvn import read_cmvn
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import TokenizerConfig, train_tokenizer
-from asrkit.training import CmvnNormalizer, load_utterances
+from asrkit.loader.batch import CmvnNormalizer
+from asrkit.loader.opening import load_utterances
 from asrkit.training.threads import ThreadGovernor
 import tempfile
 

@@ -3,32 +3,30 @@
 A trained experiment (default: the AN4 recipe's ``make demo`` model) decodes the data
 dir's utterances: the network forward pass once, then the greedy best path and the
 beam search with the experiment's lexicon and LM (the LM weight and word score its
-decoding stage chose on the dev set, when recorded). Each real-time factor is seconds
-of compute per second of audio; audio length is the feature frame count times the
-frame shift.
+decoding stage chose on the dev set, when recorded), through the decoders the stages
+use. Each real-time factor is seconds of compute per second of audio; audio length is the
+feature frame count times the frame shift.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
 
 from asrkit.data.datadir import read_utt2num_frames
-from asrkit.decoding.beam import BeamSearch
+from asrkit.decoding.ctc import CtcDecoder
+from asrkit.decoding.decoder import DecodingRecord
 from asrkit.decoding.recognizer import Recognizer, check_exp_dir
 from asrkit.errors import ConfigError
 
 DEFAULT_EXP = "recipes/an4/exp/an4_fbank_demo"
 
 
-def _setting(exp_dir: Path) -> dict[str, float]:
-    """The LM weight and word score stage 5 chose (``decode_beam_lm_*/setting``)."""
-    for path in sorted(exp_dir.glob("decode_beam_lm_*/setting")):
-        fields = dict(item.split("=") for item in path.read_text().split())
-        return {"lm_weight": float(fields["lm_weight"]), "word_score": float(fields["word_score"])}
-    return {"lm_weight": 1.0, "word_score": 0.0}
+def _point(exp_dir: Path) -> tuple[float, float]:
+    """The LM weight and word score stage 5 chose (its beam_lm record), else (1, 0)."""
+    record = DecodingRecord.load(exp_dir, "beam_lm")
+    return record.point if record is not None else (1.0, 0.0)
 
 
 def bench_decoding(data_dir: str | Path, *, exp_dir: str | Path = DEFAULT_EXP, threads: int = 1) -> dict:
@@ -42,6 +40,9 @@ def bench_decoding(data_dir: str | Path, *, exp_dir: str | Path = DEFAULT_EXP, t
         )
     torch.set_num_threads(threads)
     recognizer = Recognizer(exp_dir, max_frames=12000)
+    greedy = CtcDecoder(recognizer, "greedy")
+    point = _point(exp_dir)
+    beam = CtcDecoder(recognizer, "beam_lm", [point], beam_size=50, lexicon=lexicon, lm=lm)
     utts = recognizer.open_set(data_dir)
     shift = float((data_dir / "frame_shift").read_text()) if (data_dir / "frame_shift").is_file() else 0.01
     frames = (
@@ -50,26 +51,14 @@ def bench_decoding(data_dir: str | Path, *, exp_dir: str | Path = DEFAULT_EXP, t
         else dict(zip(utts.ids, utts.lengths.tolist(), strict=True))
     )
     audio_s = sum(frames.values()) * shift
-    began = time.perf_counter()
-    posteriors = recognizer.posteriors(utts)
-    forward_s = time.perf_counter() - began
-    began = time.perf_counter()
-    for _, lp in posteriors:
-        recognizer.greedy(lp)
-    greedy_s = time.perf_counter() - began
-    setting = _setting(exp_dir)
-    search = BeamSearch(
-        recognizer.tokenizer,
-        lexicon=lexicon,
-        lm=lm,
-        beam_size=50,
-        lm_weight=setting["lm_weight"],
-        word_score=setting["word_score"],
-    )
-    began = time.perf_counter()
-    for _, lp in posteriors:
-        search(lp)
-    beam_s = time.perf_counter() - began
+    beam.search(point)  # the lexicon and LM loaded before the clock starts
+    prepared = greedy.prepare(data_dir)
+    forward_s = prepared.seconds
+    greedy.transcripts(prepared)
+    greedy_s = prepared.seconds - forward_s
+    beam.transcripts(prepared)
+    beam_s = prepared.seconds - forward_s - greedy_s
+    setting = {"lm_weight": point[0], "word_score": point[1]}
     return {
         "exp_dir": str(exp_dir),
         "utterances": len(utts),

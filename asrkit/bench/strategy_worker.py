@@ -24,17 +24,11 @@ from asrkit.distributed.launch import (
 )
 from asrkit.distributed.strategies import join_torchrun
 from asrkit.features.cmvn import read_cmvn
+from asrkit.loader.batch import CmvnNormalizer
+from asrkit.loader.opening import load_utterances
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import Tokenizer
-from asrkit.training import (
-    CmvnNormalizer,
-    OptimConfig,
-    ScheduleConfig,
-    SpecAugConfig,
-    TrainConfig,
-    Trainer,
-    load_utterances,
-)
+from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer
 
 
 def main(argv: list[str]) -> int:

@@ -20,18 +20,11 @@ from torch import nn
 
 from asrkit.data import read_data_dir
 from asrkit.features.cmvn import read_cmvn
-from asrkit.loader.batch import plan_buckets
+from asrkit.loader.batch import CmvnNormalizer, plan_buckets
+from asrkit.loader.opening import load_utterances
 from asrkit.models import ModelConfig, build_model
 from asrkit.targets import TokenizerConfig, train_tokenizer
-from asrkit.training import (
-    CmvnNormalizer,
-    OptimConfig,
-    ScheduleConfig,
-    SpecAugConfig,
-    TrainConfig,
-    Trainer,
-    load_utterances,
-)
+from asrkit.training import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig, Trainer
 
 
 def bench_trainer(data_dir: str | Path, *, size: str = "demo", steps: int = 12, repeats: int = 3) -> dict:

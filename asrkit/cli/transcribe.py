@@ -7,17 +7,13 @@ import sys
 from collections import defaultdict
 
 import numpy as np
-import torch
 
 from asrkit.data.audio import load_audio_file
 from asrkit.data.io import atomic_write
-from asrkit.decoding.combine import CombinationSettings, CombinedRecognizer
-from asrkit.decoding.config import METHODS
-from asrkit.decoding.hybrid import HYBRID_SETTINGS, HybridRecognizer, HybridSettings
-from asrkit.decoding.recognizer import DecodeSettings, Recognizer, check_exp_dir
+from asrkit.decoding.decoder import load_decoder
+from asrkit.decoding.recognizer import check_exp_dir
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError, DataError
-from asrkit.loader.batch import Utterance
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,13 +33,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", default="model.pt", help="model bundle inside EXP_DIR")
     parser.add_argument(
         "--decode",
-        choices=("auto", *METHODS, "combined", "hybrid"),
+        choices=("auto", "greedy", "beam", "beam_lm", "combined", "hybrid"),
         default="auto",
-        help="search: greedy, beam (no LM), beam_lm (lexicon + LM), combined (every system "
-        "stage 8 combined, EXP_DIR/combination.json), hybrid (a hybrid experiment's frame model "
-        "through its HCLG, EXP_DIR/hybrid_decoding.json); auto (default) = hybrid or combined "
-        "when that stage ran, else what the decoding stage ran and tuned "
-        "(EXP_DIR/decoding.json), greedy when it ran none",
+        help="decoder, as the recipe's stages tuned it (EXP_DIR/decoders/<kind>.json): greedy, "
+        "beam (no LM), beam_lm (lexicon + LM), combined (every system stage 8 combined), hybrid "
+        "(a hybrid experiment's frame model through its HCLG); auto (default) = the first "
+        "of hybrid, combined, beam_lm, beam that was tuned, greedy when none was",
     )
     parser.add_argument(
         "--ctm",
@@ -70,56 +65,31 @@ def _transcribe(args: argparse.Namespace) -> int:
         raise ConfigError(f"--device {args.device!r} is not a torch device; use cpu, cuda or cuda:N")
     if args.device != "cpu":
         pick_device("cuda")  # a clear error where no GPU is visible
-    recognizer = Recognizer(args.exp_dir, model=args.model, device=args.device)
-    method = args.decode
-    hybrid = HybridSettings.load(args.exp_dir)
-    if method == "hybrid" and hybrid is None:
+    decoder = load_decoder(args.exp_dir, args.decode, model=args.model, device=args.device)
+    if args.ctm and not decoder.has_word_times:
         raise ConfigError(
-            f"{args.exp_dir}: no {HYBRID_SETTINGS}; --decode hybrid needs a hybrid experiment whose "
-            "stage 7 (decode) ran"
+            f"--ctm: word times come from the CTC alignment; a {decoder.kind} model has none yet"
         )
-    if method == "auto" and hybrid is not None:
-        method = "hybrid"
-    elif method == "auto" and CombinationSettings.load(args.exp_dir) is not None:
-        method = "combined"
-    elif method == "auto":
-        tuned = DecodeSettings.load(args.exp_dir)
-        method = tuned.method if tuned is not None else "greedy"
-    if method == "combined":
-        combined = CombinedRecognizer.load(args.exp_dir, device=args.device)
-        recognizers = combined.recognizers  # the first is EXP_DIR's own model
-    elif method == "hybrid":
-        assert hybrid is not None
-        return _transcribe_hybrid(args, recognizer, hybrid)
-    else:
-        recognizers = [recognizer]
-        search = recognizer.search(method)
     ctm: list[str] = []
     failed, low = 0, defaultdict[int, list[str]](list)
     # One file at a time, start to finish: memory holds the longest file, not all of them,
     # and a bad file is reported and skipped.
     for i, path in enumerate(args.audio):
-        loaded = _load(args, path, recognizer.features.sample_rate, low)
+        loaded = _load(args, path, decoder.sample_rate, low)
         if loaded is None:
             failed += 1
             continue
-        samples, rate = loaded
         utt = f"{i:08d}"
-        try:  # each system with its own CMVN stats
-            feats = [system.audio_features(samples, rate, utt=path, where=path) for system in recognizers]
+        try:
+            prepared = decoder.prepare_audio(*loaded, utt=utt, where=path)
         except DataError as err:  # too short for a frame, say: this file only
             print(f"asrkit: error: {err}", file=sys.stderr, flush=True)
             failed += 1
             continue
-        posteriors = [
-            dict(system.posteriors([Utterance(utt, f, np.zeros(0, dtype=np.int64))]))
-            for system, f in zip(recognizers, feats, strict=True)
-        ]
-        log_probs = posteriors[0][utt]
-        text = combined.transcripts(posteriors)[utt] if method == "combined" else search(log_probs)
+        text = decoder.transcripts(prepared)[utt]
         print(f"{path}\t{text}", flush=True)
         if args.ctm and text:
-            times = recognizer.word_times(log_probs, text)
+            times = decoder.word_times(prepared, utt, text)
             if times is None:
                 print(
                     f"asrkit: warning: {path}: too short to align its transcript; no word times in the CTM",
@@ -129,7 +99,7 @@ def _transcribe(args: argparse.Namespace) -> int:
             ctm += [f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times]
     if args.ctm:
         atomic_write(args.ctm, "".join(ctm))
-    return _status(failed, len(args.audio), low, recognizer.features.sample_rate)
+    return _status(failed, len(args.audio), low, decoder.sample_rate)
 
 
 def _load(
@@ -154,31 +124,6 @@ def _status(failed: int, total: int, low: dict[int, list[str]], model_rate: int)
     if failed and total > 1:
         print(f"asrkit: {failed} of {total} files could not be transcribed (see above)", file=sys.stderr)
     return 2 if failed else 0
-
-
-def _transcribe_hybrid(args: argparse.Namespace, recognizer: Recognizer, settings: HybridSettings) -> int:
-    if args.ctm:
-        raise ConfigError("--ctm: word times come from the CTC alignment; a hybrid model has none yet")
-    hybrid = HybridRecognizer(
-        args.exp_dir, settings, subsample=int(getattr(recognizer.model, "subsample", 1))
-    )
-    failed, low = 0, defaultdict[int, list[str]](list)
-    for i, path in enumerate(args.audio):
-        loaded = _load(args, path, recognizer.features.sample_rate, low)
-        if loaded is None:
-            failed += 1
-            continue
-        try:
-            feats = recognizer.audio_features(*loaded, utt=path, where=path)
-        except DataError as err:
-            print(f"asrkit: error: {err}", file=sys.stderr, flush=True)
-            failed += 1
-            continue
-        utt = Utterance(f"{i:08d}", feats, np.zeros(0, dtype=np.int64))
-        with torch.inference_mode():
-            for name, out in recognizer.outputs([utt], "frame"):
-                print(f"{path}\t{hybrid.transcribe(out, feats.shape[0], utt=name)}", flush=True)
-    return _status(failed, len(args.audio), low, recognizer.features.sample_rate)
 
 
 def low_rate_warning(paths: list[str], rate: int, model_rate: int) -> str:

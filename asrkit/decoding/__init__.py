@@ -3,8 +3,12 @@
 Public API:
     - :class:`DecodeConfig` — the ``decode`` settings.
     - :func:`greedy_ctc` — best path, repeats merged, blanks dropped.
-    - :class:`Recognizer` — model, features, CMVN and tokenizer of an experiment
-      dir; decodes data dirs (writing ``hyp`` and ``scoring/``) or audio.
+    - :class:`Recognizer` — model, features, CMVN and tokenizer of an experiment dir:
+      its network's outputs for a data dir or audio.
+    - :class:`Decoder` (:mod:`asrkit.decoding.decoder`) — the one decoding interface:
+      prepare a set once, hypotheses at any (LM weight, word score) point, a saved
+      :class:`DecodingRecord`; :func:`load_decoder` — an experiment's tuned decoder
+      (CTC greedy / beam / beam + LM, GMM or hybrid through HCLG, or a combination).
     - :class:`WfstDecoder` (:mod:`asrkit.decoding.wfst`) — pdf log-likelihoods through an
       HCLG graph: best path, or a :class:`WordLattice` rescored at every LM weight and word
       penalty; :func:`pdf_log_likelihoods` — a hybrid network's log-posteriors minus
@@ -16,11 +20,14 @@ from asrkit.decoding.greedy import greedy_ctc
 
 __all__ = [
     "DecodeConfig",
+    "Decoder",
+    "DecodingRecord",
     "Recognizer",
     "WfstDecoder",
     "WfstResult",
     "WordLattice",
     "greedy_ctc",
+    "load_decoder",
     "pdf_log_likelihoods",
 ]
 
@@ -34,6 +41,10 @@ def __getattr__(name: str):
         from asrkit.decoding.recognizer import Recognizer
 
         return Recognizer
+    if name in ("Decoder", "DecodingRecord", "load_decoder"):
+        from asrkit.decoding import decoder
+
+        return getattr(decoder, name)
     if name in _WFST:
         # The Kaldi bindings, likewise only when asked for.
         from asrkit.decoding import wfst

@@ -18,22 +18,23 @@ tokenizer, which is what makes them disagree usefully.
 from __future__ import annotations
 
 import math
+import os
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from asrkit.data.io import load_record, save_record
 from asrkit.decoding.beam import BeamSearch
-from asrkit.decoding.recognizer import DecodeSettings, Recognizer
+from asrkit.decoding.ctc import CtcDecoder
+from asrkit.decoding.decoder import Decoder, DecodingRecord, Point, Prepared, register_kind
+from asrkit.decoding.recognizer import Recognizer
 from asrkit.errors import DataError
 from asrkit.lm.ngram import NGramLM, read_arpa
 from asrkit.targets.tokenizer import Tokenizer
-
-#: Written in the experiment dir by stage 8: the combination as tuned.
-COMBINATION = "combination.json"
 
 
 @dataclass(frozen=True)
@@ -123,97 +124,106 @@ def pick(
     }
 
 
-@dataclass
-class CombinationSettings:
-    """What stage 8 combined and the weights it picked on the dev set. ``systems`` are
-    experiment dirs relative to the one holding this record (``.`` is that one)."""
+class CombinedDecoder(Decoder):
+    """Several CTC systems combined by n-best rescoring (see the module); ``lm_weight`` and
+    ``word_score`` weigh the combination's LM.
 
-    systems: list[str] = field(default_factory=list)
-    nbest: int = 10
-    lm_weight: float = 0.0
-    word_score: float = 0.0
-    tuned_on: str = ""
+    Args:
+        exp_dir: the experiment dir holding the combination (its ``lang/lm.arpa`` is the
+            LM; the systems' paths are recorded relative to it).
+        systems: each system's beam + LM decoder as its stage 5 tuned it (the first is
+            ``exp_dir``'s own).
+        grid: (LM weight, word score) points of the combination.
+        nbest: transcripts each system proposes per utterance.
+    """
 
-    def save(self, exp_dir: str | Path) -> None:
-        save_record(Path(exp_dir) / COMBINATION, self)
+    kind = "combined"
 
-    @classmethod
-    def load(cls, exp_dir: str | Path) -> CombinationSettings | None:
-        """The record, or None when stage 8 combined nothing here."""
-        return load_record(
-            Path(exp_dir) / COMBINATION,
-            cls,
-            what="combination",
-            fix="rerun stage 8 (combine) to write it again",
+    def __init__(
+        self, exp_dir: str | Path, systems: Sequence[CtcDecoder], grid: Sequence[Point], *, nbest: int = 10
+    ) -> None:
+        super().__init__(grid)
+        self.exp_dir, self.systems, self.nbest = Path(exp_dir), list(systems), nbest
+        self.searches = [system.search(system.point, nbest=nbest) for system in self.systems]
+        self.lm = read_arpa(self.exp_dir / "lang" / "lm.arpa")
+
+    @property
+    def recognizers(self) -> list[Recognizer]:
+        return [system.recognizer for system in self.systems]
+
+    @property
+    def sample_rate(self) -> int:
+        return self.systems[0].sample_rate
+
+    def prepare(self, data_dir: str | Path) -> Prepared:
+        posteriors = []
+        for system in self.systems:
+            posteriors.append(system.prepare(data_dir))
+            if posteriors[-1].scores.keys() != posteriors[0].scores.keys():
+                raise DataError(
+                    f"{data_dir}: {system.recognizer.exp_dir} decoded other utterances than "
+                    f"{self.systems[0].recognizer.exp_dir}"
+                )
+        return self._combined(posteriors)
+
+    def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
+        # Each system with its own features and CMVN stats.
+        return self._combined([s.prepare_audio(samples, rate, utt=utt, where=where) for s in self.systems])
+
+    def _combined(self, posteriors: list[Prepared]) -> Prepared:
+        began = time.monotonic()
+        candidates = combine_nbest(
+            [p.scores for p in posteriors],
+            searches=self.searches,
+            tokenizers=[r.tokenizer for r in self.recognizers],
+            lm=self.lm,
+        )
+        seconds = sum(p.seconds for p in posteriors) + time.monotonic() - began
+        # The first system's log-probabilities stay for word times.
+        return Prepared(
+            candidates, frames=posteriors[0].frames, seconds=seconds, extra={"own": posteriors[0]}
         )
 
+    def hypotheses(self, prepared: Prepared, points: Sequence[Point]) -> dict[Point, dict[str, str]]:
+        return {point: pick(prepared.scores, lm_weight=point[0], word_score=point[1]) for point in points}
 
-def system_search(recognizer: Recognizer, nbest: int) -> BeamSearch:
-    """An experiment's beam search + LM as its stage 5 tuned it, returning ``nbest``."""
-    tuned = DecodeSettings.load(recognizer.exp_dir)
-    if tuned is None or tuned.method != "beam_lm":
+    def setting(self, point: Point) -> str | None:
+        return (
+            f"systems={len(self.systems)} nbest={self.nbest} lm_weight={point[0]:g} word_score={point[1]:g}"
+        )
+
+    def record(self, point: Point, *, tuned_on: str) -> DecodingRecord:
+        systems = [os.path.relpath(s.recognizer.exp_dir, self.exp_dir) for s in self.systems]
+        return DecodingRecord(
+            kind="combined",
+            weights=list(point),
+            tuned_on=tuned_on,
+            settings={"systems": systems, "nbest": self.nbest},
+        )
+
+    def word_times(self, prepared: Prepared, utt: str, text: str) -> list[tuple[str, float, float]] | None:
+        return self.systems[0].word_times(prepared.extra["own"], utt, text)
+
+
+def system_decoder(exp_dir: str | Path, *, device: str = "cpu", max_frames: int = 40000) -> CtcDecoder:
+    """An experiment's beam + LM decoder as its stage 5 tuned it (a system to combine)."""
+    record = DecodingRecord.load(exp_dir, "beam_lm")
+    if record is None:
         raise DataError(
-            f"{recognizer.exp_dir}: no tuned beam_lm decoding (decoding.json); run its stage 5 "
-            "with decode=beam_lm"
+            f"{exp_dir}: no tuned beam_lm decoding ({DecodingRecord.path(exp_dir, 'beam_lm')}); "
+            "run its stage 5 with decode=beam_lm"
         )
-    lang = recognizer.exp_dir / "lang"
-    return BeamSearch(
-        recognizer.tokenizer,
-        lexicon=lang / "lexicon.txt",
-        lm=lang / "lm.arpa",
-        beam_size=tuned.beam_size,
-        beam_threshold=tuned.beam_threshold,
-        lm_weight=tuned.lm_weight,
-        word_score=tuned.word_score,
-        nbest=nbest,
+    recognizer = Recognizer(exp_dir, model=record.model, device=device, max_frames=max_frames)
+    return CtcDecoder(
+        recognizer,
+        "beam_lm",
+        [record.point],
+        beam_size=int(record.settings["beam_size"]),
+        beam_threshold=float(record.settings["beam_threshold"]),
     )
 
 
-class CombinedRecognizer:
-    """The systems an experiment's stage 8 combined, with their n-best searches and the
-    combination's LM; :meth:`transcripts` combines as the stage did.
-
-    Args:
-        exp_dir: the experiment dir (the LM is its ``lang/lm.arpa``).
-        systems: the systems' experiment dirs.
-        settings: nbest and the tuned weights.
-        device, max_frames: as for :class:`Recognizer`.
-    """
-
-    def __init__(
-        self,
-        exp_dir: str | Path,
-        systems: Sequence[str | Path],
-        settings: CombinationSettings,
-        *,
-        device: str | torch.device = "cpu",
-        max_frames: int = 40000,
-    ) -> None:
-        self.settings = settings
-        self.recognizers = [Recognizer(d, device=device, max_frames=max_frames) for d in systems]
-        self.searches = [system_search(r, settings.nbest) for r in self.recognizers]
-        self.lm = read_arpa(Path(exp_dir) / "lang" / "lm.arpa")
-
-    @classmethod
-    def load(cls, exp_dir: str | Path, *, device: str | torch.device = "cpu") -> CombinedRecognizer:
-        settings = CombinationSettings.load(exp_dir)
-        if settings is None:
-            raise DataError(
-                f"{Path(exp_dir) / COMBINATION}: not found; this experiment combined no systems "
-                "(stage 8 with ensemble.members)"
-            )
-        return cls(exp_dir, [Path(exp_dir) / s for s in settings.systems], settings, device=device)
-
-    def candidates(self, posteriors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, list[Candidate]]:
-        """Scored candidates of each utterance from every system's log-probabilities."""
-        return combine_nbest(
-            posteriors, searches=self.searches, tokenizers=[r.tokenizer for r in self.recognizers], lm=self.lm
-        )
-
-    def transcripts(self, posteriors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, str]:
-        """Each utterance's combined transcript with the tuned weights."""
-        return pick(
-            self.candidates(posteriors),
-            lm_weight=self.settings.lm_weight,
-            word_score=self.settings.word_score,
-        )
+@register_kind("combined")
+def _from_record(exp_dir: Path, record: DecodingRecord, *, model: str, device: str) -> CombinedDecoder:
+    systems = [system_decoder(exp_dir / s, device=device) for s in record.settings["systems"]]
+    return CombinedDecoder(exp_dir, systems, [record.point], nbest=int(record.settings["nbest"]))

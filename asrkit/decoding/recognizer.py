@@ -18,10 +18,7 @@ import torch
 
 from asrkit.choices import CMVN_MODES
 from asrkit.data.audio import iter_utterance_audio
-from asrkit.data.datadir import write_kaldi_map
-from asrkit.data.io import load_record, save_record
-from asrkit.decoding.beam import BOUNDARY, BeamSearch
-from asrkit.decoding.config import METHODS
+from asrkit.decoding.beam import BOUNDARY
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError, DataError
 from asrkit.features.cmvn import read_cmvn
@@ -30,14 +27,11 @@ from asrkit.loader.batch import CmvnNormalizer, Utterance, plan_buckets
 from asrkit.loader.opening import open_data_dir
 from asrkit.loader.sources import InMemorySource, UtteranceSource, as_source
 from asrkit.models.checkpoint import load_model_bundle
-from asrkit.scoring import score_files
 from asrkit.targets.forced_align import ctc_forced_align
 from asrkit.targets.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-#: Where stage 5 records the search it tuned, inside the experiment dir.
-DECODE_SETTINGS = "decoding.json"
 #: Input frames one forward pass takes at most (30 s at 10 ms). A longer utterance is cut
 #: into pieces at its quietest frame in the last quarter of each window (a 3-minute file in
 #: one pass took 1.6 GB, growing with its length); the pieces' outputs are joined, so the
@@ -67,33 +61,6 @@ def cut_points(feats: np.ndarray, *, most: int = MAX_CHUNK_FRAMES, multiple: int
     return bounds
 
 
-@dataclasses.dataclass
-class DecodeSettings:
-    """The search stage 5 ran, with the LM weight and word score it picked on the dev set;
-    ``beam_lm`` uses the experiment's ``lang/lexicon.txt`` and ``lang/lm.arpa``."""
-
-    method: str = "greedy"
-    beam_size: int = 50
-    beam_threshold: float = 25.0
-    lm_weight: float = 0.0
-    word_score: float = 0.0
-    model: str = "model.pt"
-    tuned_on: str = ""  # the set the pair was picked on ("" when there was no grid)
-
-    def save(self, exp_dir: str | Path) -> None:
-        save_record(Path(exp_dir) / DECODE_SETTINGS, self)
-
-    @classmethod
-    def load(cls, exp_dir: str | Path) -> DecodeSettings | None:
-        """The recorded settings, or None when stage 5 ran no beam search here."""
-        return load_record(
-            Path(exp_dir) / DECODE_SETTINGS,
-            cls,
-            what="decoding settings",
-            fix="rerun stage 5 (decode) to write them again",
-        )
-
-
 class Recognizer:
     """Greedy recognition with a trained experiment (the CTC head, or the frame head of a
     CE model whose classes are CTC tokens).
@@ -117,6 +84,7 @@ class Recognizer:
         self.exp_dir = Path(exp_dir)
         self.max_chunk_frames = max_chunk_frames
         self.device = torch.device(device)
+        self.model_file = model
         self.model, self.meta = load_model_bundle(self.exp_dir / model, device=self.device)
         self.features = FeatureConfig(**self.meta["features"])
         self.tokenizer = Tokenizer(self.exp_dir / self.meta["tokenizer"])
@@ -218,33 +186,6 @@ class Recognizer:
         """The best-path transcript of one utterance's ``(T', V)`` log-probabilities."""
         return self.tokenizer.decode(greedy_ctc(log_probs[None], torch.tensor([log_probs.shape[0]]))[0])
 
-    def search(self, method: str) -> Callable[[torch.Tensor], str]:
-        """The search ``method`` (``greedy``, ``beam`` or ``beam_lm``) as stage 5 ran it
-        for this experiment: beam size, and for ``beam_lm`` the lexicon, the LM and the LM
-        weight and word score it picked on the dev set (:class:`DecodeSettings`)."""
-        if method not in METHODS:
-            raise ConfigError(f"decoding method {method!r} is unknown; choose one of {list(METHODS)}")
-        if method == "greedy":
-            return self.greedy
-        tuned = DecodeSettings.load(self.exp_dir)
-        if tuned is None or (method == "beam_lm" and tuned.method != "beam_lm"):
-            raise ConfigError(
-                f"{self.exp_dir / DECODE_SETTINGS}: no {method} settings; run the "
-                f"decoding stage with decode={method} first (it tunes them on the "
-                "dev set), or decode greedily"
-            )
-        lang = self.exp_dir / "lang"
-        with_lm = method == "beam_lm"
-        return BeamSearch(
-            self.tokenizer,
-            lexicon=lang / "lexicon.txt" if with_lm else None,
-            lm=lang / "lm.arpa" if with_lm else None,
-            beam_size=tuned.beam_size,
-            beam_threshold=tuned.beam_threshold,
-            lm_weight=tuned.lm_weight if with_lm else 0.0,
-            word_score=tuned.word_score if with_lm else 0.0,
-        )
-
     @property
     def frame_seconds(self) -> float:
         """Seconds per model output frame (the feature hop times the model's subsampling)."""
@@ -303,34 +244,6 @@ class Recognizer:
             feats = self.audio_features(samples, rate, utt=utt, where=source)
             utts.append(Utterance(utt, feats, np.zeros(0, dtype=np.int64)))
         return InMemorySource(utts)
-
-    def decode_data_dir(
-        self, data_dir: str | Path, out_dir: str | Path, search: Callable[[torch.Tensor], str] | None = None
-    ) -> str | None:
-        """Decode ``data_dir`` into ``out_dir/hyp``; score into ``out_dir/scoring``.
-
-        Returns:
-            The Kaldi ``%WER`` line, or None when the data dir has no ``text``.
-        """
-        hyp = self.recognize(self.open_set(data_dir), search)
-        return write_and_score(hyp, data_dir, out_dir)
-
-
-def write_and_score(hyp: dict[str, str], data_dir: str | Path, out_dir: str | Path) -> str | None:
-    """``out_dir/hyp`` and, when ``data_dir`` has a ``text``, ``out_dir/scoring/``; returns
-    the Kaldi ``%WER`` line (or None)."""
-    data_dir, out_dir = Path(data_dir), Path(out_dir)
-    write_kaldi_map(out_dir / "hyp", hyp)
-    if not (data_dir / "text").is_file():
-        return None
-    # A data dir's spk2group (e.g. speechocean762's child/teen/adult) adds a per_group table.
-    groups = data_dir / "spk2group"
-    return score_files(
-        data_dir / "text",
-        out_dir / "hyp",
-        out_dir=out_dir / "scoring",
-        spk2group=groups if groups.is_file() else None,
-    ).words.kaldi_line()
 
 
 def check_exp_dir(exp_dir: str | Path, model: str = "model.pt") -> None:

@@ -342,6 +342,7 @@ class WfstDecoder:
         self.words = dict(words)
         self.beam = beam
         self.lattice_beam = lattice_beam
+        self.max_active = max_active
         self.acoustic_scale = acoustic_scale
         self._faster = kd.FasterDecoder(
             hclg, kd.FasterDecoderOptions(beam=beam, max_active=max_active, min_active=min_active)

@@ -13,7 +13,7 @@ pending averaging delta; the thread exchanges snapshots with its partner and add
 negatives of each other, so the learners' mean is preserved, and local steps taken
 during the exchange are kept (the delta form of the update).
 
-The thread runs on its own gloo group (a :class:`~asrkit.distributed.comm.Communicator`)
+The thread runs on its own gloo group (a :class:`~asrkit.comm.Communicator`)
 with a finite timeout (never NCCL from a second thread). Every ``check_every`` rounds
 it all-reduces ``[samples, done]`` with the others: that gives global progress (which
 drives epochs and the learning rate: a global epoch ends when all learners together
@@ -59,7 +59,6 @@ class Adpsgd(DistributedStrategy):
     move by that much once); the run is asynchronous, so it is not bitwise reproducible.
     """
 
-    lockstep = False
     cfg: AdpsgdConfig
 
     def __init__(self, cfg: AdpsgdConfig, groups: Groups, *, seed: int) -> None:

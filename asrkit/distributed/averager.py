@@ -11,7 +11,7 @@ import logging
 import torch
 from torch import nn
 
-from asrkit.distributed.comm import Communicator
+from asrkit.comm import Communicator
 from asrkit.distributed.flat import add_flat_, flatten
 from asrkit.distributed.topology import partner_of
 from asrkit.errors import UserError

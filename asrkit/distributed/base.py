@@ -1,7 +1,7 @@
 """What every distributed strategy shares, written once: the initial broadcast, the end of
 training (complete what is in flight -> metrics -> consensus), straggler simulation and
 the per-learner metrics. Strategies talk only through the
-:class:`~asrkit.distributed.comm.Communicator` groups of
+:class:`~asrkit.comm.Communicator` groups of
 :func:`~asrkit.distributed.groups.make_groups`."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from asrkit.comm import REAL, Communicator, Runtime
 from asrkit.data.io import atomic_write
-from asrkit.distributed.comm import REAL, Communicator, Runtime
 from asrkit.distributed.config import AveragingConfig, StragglerConfig, StrategyConfig
 from asrkit.distributed.flat import flatten
 from asrkit.distributed.groups import Groups
@@ -38,7 +38,7 @@ class Straggler:
     asynchronous-SGD analyses), ``factor`` x its own on average, with a long tail.
 
     ``random`` and ``exponential`` scale a learner's own work in the step (the runtime's
-    :meth:`~asrkit.distributed.comm.Runtime.work`), not the step's elapsed time: in a
+    :meth:`~asrkit.comm.Runtime.work`), not the step's elapsed time: in a
     lock-step strategy the elapsed time includes waiting for the learners the last step
     slowed, and scaling that fed the delays back into themselves, growing without bound
     (a 64-learner SYNC run's 35th step took 10^20 virtual seconds). ``one``'s slow learner

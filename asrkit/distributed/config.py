@@ -230,13 +230,16 @@ class StrategyInfo:
     """One entry of the strategy registry.
 
     Attributes:
-        config: its settings' dataclass (what ``strategy=NAME`` composes; the class that runs it is
-            :data:`asrkit.distributed.strategies.STRATEGY_CLASSES` of this class).
+        config: its settings' dataclass (what ``strategy=NAME`` composes).
         summary: one line for help texts.
+        runs: the class that runs it, ``module:Class`` (imported only when a learner
+            builds it, so the settings stay light); empty for the single process, which
+            runs the trainer's own no-op strategy.
     """
 
     config: type[StrategyConfig]
     summary: str
+    runs: str = ""
 
     @property
     def weight_averaging(self) -> bool:
@@ -252,18 +255,22 @@ STRATEGIES: dict[str, StrategyInfo] = {
     "sync": StrategyInfo(
         SyncConfig,
         "synchronous SGD: gradients all-reduced every step (DDP)",
+        "asrkit.distributed.sync:Sync",
     ),
     "adpsgd": StrategyInfo(
         AdpsgdConfig,
         "asynchronous decentralized pairwise weight averaging",
+        "asrkit.distributed.adpsgd:Adpsgd",
     ),
     "delay_by_one": StrategyInfo(
         DelayByOneConfig,
         "lock-step pairwise averaging overlapped with the next step",
+        "asrkit.distributed.delay_by_one:DelayByOne",
     ),
     "hybrid": StrategyInfo(
         HybridConfig,
         "DDP inside groups, ADPSGD among the groups' leaders",
+        "asrkit.distributed.hybrid:Hybrid",
     ),
 }
 #: The strategies that average weights between learners instead of all-reducing gradients.

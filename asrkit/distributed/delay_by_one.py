@@ -31,8 +31,8 @@ from collections import deque
 import torch
 from torch import nn
 
+from asrkit.comm import Pending
 from asrkit.distributed.base import DistributedStrategy
-from asrkit.distributed.comm import Pending
 from asrkit.distributed.config import DelayByOneConfig
 from asrkit.distributed.flat import add_flat_, flatten
 from asrkit.distributed.groups import Groups

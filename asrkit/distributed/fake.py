@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from asrkit.distributed.comm import Communicator, Pending
+from asrkit.comm import Communicator, Pending
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 torch.distributed makes groups collectively: every learner must create every group, in
 the same order, even the groups it is not a member of. :func:`make_groups` is the only
-caller of :meth:`Communicator.new_group <asrkit.distributed.comm.Communicator.new_group>`
+caller of :meth:`Communicator.new_group <asrkit.comm.Communicator.new_group>`
 in asrkit, so that order cannot drift between strategies.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from asrkit.distributed.comm import Communicator
+from asrkit.comm import Communicator
 from asrkit.distributed.config import AdpsgdConfig, DelayByOneConfig, HybridConfig, StrategyConfig
 
 

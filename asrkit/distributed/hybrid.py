@@ -39,7 +39,6 @@ class GroupProgress:
 class Hybrid(DistributedStrategy):
     """In-group DDP + ADPSGD among group leaders (resumes from epoch ends, as ADPSGD)."""
 
-    lockstep = False
     cfg: HybridConfig
 
     def __init__(self, cfg: HybridConfig, groups: Groups, *, seed: int) -> None:

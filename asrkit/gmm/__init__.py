@@ -1,4 +1,4 @@
-"""GMM-HMM systems in Kaldi's shapes (the hybrid models' targets, DESIGN.md §2c).
+"""GMM-HMM systems in Kaldi's shapes (the hybrid models' targets).
 
 Built on k2-fsa's ``kaldi_hmm_gmm`` (Kaldi's own GMM/HMM C++); this subpackage adds what the
 bindings lack and writes Kaldi's binary formats so Kaldi's tools read the results.

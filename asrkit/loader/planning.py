@@ -196,7 +196,10 @@ class Sharding:
 
     @property
     def lockstep(self) -> bool:
-        return self.shards == 1
+        """Every learner takes the same steps: one shard, and no global progress to cycle
+        it by (HYBRID with one group has one shard, but its leader still averages by
+        progress, so it stops and resumes at epoch ends as ADPSGD does)."""
+        return self.shards == 1 and self.progress is None
 
 
 class ProgressBatches(BucketBatches):
@@ -259,7 +262,7 @@ def shard_batches(
 ) -> BucketBatches:
     """This learner's training batches under ``sharding``; ``max_frames``/``max_batch``
     cap the *global* batch (see :class:`Sharding`)."""
-    if sharding.lockstep:
+    if sharding.shards == 1:  # the same global batches planned by every learner
         if sharding.world > 1:
             check_enough(source, sharding.world)
         return BucketBatches(

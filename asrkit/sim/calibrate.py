@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from asrkit.comm import SoloCommunicator
 from asrkit.config import AsrkitConfig
 from asrkit.data.io import atomic_write
-from asrkit.distributed.comm import SoloCommunicator
 from asrkit.distributed.config import StrategyConfig
 from asrkit.errors import ConfigError
 from asrkit.learner import LearnerParts, build_trainer

@@ -1,4 +1,4 @@
-"""The simulated learners' :class:`~asrkit.distributed.comm.Communicator`: collectives and
+"""The simulated learners' :class:`~asrkit.comm.Communicator`: collectives and
 pairwise exchanges between tasks of one :class:`~asrkit.sim.clock.Clock`, each taking the
 virtual time the :class:`~asrkit.sim.network.Network` says.
 
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from asrkit.distributed.comm import Communicator, Pending
+from asrkit.comm import Communicator, Pending
 from asrkit.sim.clock import Clock, Event
 from asrkit.sim.network import Network
 from asrkit.sim.runtime import ClockRuntime
@@ -127,7 +127,7 @@ class SimWorld:
 
 
 class _Waiting:
-    """A started operation (:class:`~asrkit.distributed.comm.Pending`)."""
+    """A started operation (:class:`~asrkit.comm.Pending`)."""
 
     def __init__(self, event: Event, then: Callable[[Any], Any] = lambda value: value) -> None:
         self.event, self.then = event, then

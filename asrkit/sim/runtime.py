@@ -1,4 +1,4 @@
-"""The :class:`~asrkit.distributed.comm.Runtime` of simulated learners: time is the
+"""The :class:`~asrkit.comm.Runtime` of simulated learners: time is the
 :class:`~asrkit.sim.clock.Clock`'s, a thread is a clock task, a condition wakes its
 waiters in virtual time, and sleeping spends virtual time. Strategies written against
 the runtime (ADPSGD's averaging thread, the straggler model, the metrics) run unchanged.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from asrkit.distributed.comm import Runtime
+from asrkit.comm import Runtime
 from asrkit.sim.clock import Clock, Condition, Event
 
 __all__ = ["ClockRuntime"]

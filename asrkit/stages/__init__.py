@@ -18,6 +18,6 @@ from asrkit.stages import train as _train  # noqa: E402,F401  isort: skip
 from asrkit.stages import decode as _decode  # noqa: E402,F401  isort: skip
 from asrkit.stages import align as _align  # noqa: E402,F401  isort: skip
 from asrkit.stages import combine as _combine  # noqa: E402,F401  isort: skip
-from asrkit.stages import hybrid as _hybrid  # noqa: E402,F401  isort: skip
+from asrkit.stages import hmm as _hmm  # noqa: E402,F401  isort: skip
 
 __all__ = ["PIPELINES", "STAGES", "Stage", "StageContext", "run_stages", "stage"]

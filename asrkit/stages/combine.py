@@ -21,13 +21,12 @@ import time
 from pathlib import Path
 
 from asrkit.config import AsrkitConfig, compose, flatten, settings_hash, to_object
-from asrkit.data.io import atomic_write
-from asrkit.decoding.combine import CombinationSettings, CombinedRecognizer, pick
-from asrkit.decoding.recognizer import check_exp_dir, write_and_score
+from asrkit.decoding.combine import CombinedDecoder, system_decoder
+from asrkit.decoding.decoder import Prepared
+from asrkit.decoding.recognizer import check_exp_dir
 from asrkit.device import pick_device
-from asrkit.errors import ConfigError, DataError, UserError
-from asrkit.scoring.wer import read_text
-from asrkit.stages.common import decode_targets, prepared_set, report, sweep, tune_target
+from asrkit.errors import ConfigError, UserError
+from asrkit.stages.common import decode_targets, prepared_set, show_decoded, tune_and_decode, tune_target
 from asrkit.stages.registry import StageContext, stage, stage_settings
 
 log = logging.getLogger(__name__)
@@ -165,13 +164,8 @@ def train_members(ctx: StageContext) -> list[Path]:
     return [member_dir(ctx, index) for index in range(1, len(cfg.members) + 1)]
 
 
-def show_combined(ctx: StageContext) -> None:
-    """Print the combined scores again (when the stage is skipped)."""
-    for name, _ in decode_targets(ctx):
-        folder = ctx.exp_dir / f"decode_combined_{name}"
-        if (folder / "scoring" / "wer").is_file():
-            label = f"combined, {(folder / 'setting').read_text().strip()}"
-            report(name, label, (folder / "scoring" / "wer").read_text().splitlines()[0], folder)
+def _combined_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
+    return [("combined", ctx.exp_dir / f"decode_combined_{name}", name) for name, _ in decode_targets(ctx)]
 
 
 @stage(
@@ -182,7 +176,7 @@ def show_combined(ctx: StageContext) -> None:
     "decode_combined_<set>/ (nothing without members)",
     uses=("ensemble",),
     needs=(5,),
-    on_skip=show_combined,
+    on_skip=lambda ctx: show_decoded(_combined_folders(ctx)),
 )
 def combine(ctx: StageContext) -> None:
     cfg = ctx.cfg.ensemble
@@ -195,8 +189,8 @@ def combine(ctx: StageContext) -> None:
             "rescores each system's beam search with the LM: use decode=beam_lm"
         )
     check_exp_dir(ctx.exp_dir, ctx.cfg.decode.model)
-    systems = [ctx.exp_dir, *train_members(ctx)]
-    for number, system in enumerate(systems):
+    dirs = [ctx.exp_dir, *train_members(ctx)]
+    for number, system in enumerate(dirs):
         scores = [
             f"{name} {(system / f'decode_beam_lm_{name}' / 'scoring' / 'wer').read_text().split(' [')[0]}"
             for name, _ in decode_targets(ctx)
@@ -205,49 +199,20 @@ def combine(ctx: StageContext) -> None:
         log.info(
             "system %d (%s) on its own, beam + LM: %s", number, system, ", ".join(scores) or "not scored"
         )
-    settings = CombinationSettings(
-        systems=[os.path.relpath(d, ctx.exp_dir) for d in systems], nbest=cfg.nbest
+    device = pick_device(ctx.cfg.train.device)
+    systems = [system_decoder(d, device=str(device), max_frames=ctx.cfg.decode.max_frames) for d in dirs]
+    decoder = CombinedDecoder(
+        ctx.exp_dir, systems, list(itertools.product(cfg.lm_weights, cfg.word_scores)), nbest=cfg.nbest
     )
-    combined = CombinedRecognizer(
-        ctx.exp_dir,
-        systems,
-        settings,
-        device=pick_device(ctx.cfg.train.device),
-        max_frames=ctx.cfg.decode.max_frames,
+    prepared: dict[str, Prepared] = {}
+    tune_and_decode(
+        decoder,
+        tune=lambda: tune_target(ctx),
+        targets=[(name, prepared_set(ctx, name, path)) for name, path in decode_targets(ctx)],
+        out_dir=lambda name: ctx.exp_dir / f"decode_combined_{name}",
+        prepared=prepared,
+        record_dir=ctx.exp_dir,  # what asrkit transcribe combines with
     )
-    recognizers = combined.recognizers
-    tune_name, tune_dir = tune_target(ctx)
-    targets = dict((name, prepared_set(ctx, name, path)) for name, path in decode_targets(ctx))
-    targets.setdefault(tune_name, tune_dir)
-    candidates = {}
-    for name, data_dir in targets.items():
-        posteriors = []
-        for recognizer in recognizers:
-            posteriors.append(dict(recognizer.posteriors(recognizer.open_set(data_dir))))
-            if posteriors[-1].keys() != posteriors[0].keys():
-                raise DataError(
-                    f"{data_dir}: {recognizer.exp_dir} decoded other utterances than {systems[0]}"
-                )
-        candidates[name] = combined.candidates(posteriors)
-        per_utt = sum(len(c) for c in candidates[name].values()) / max(len(candidates[name]), 1)
-        log.info(
-            "%s: %d systems proposed %.1f distinct transcripts per utterance", name, len(systems), per_utt
-        )
-    grid = list(itertools.product(cfg.lm_weights, cfg.word_scores))
-    lm_weight, word_score = sweep(
-        read_text(tune_dir / "text"),
-        grid,
-        lambda w, s: pick(candidates[tune_name], lm_weight=w, word_score=s),
-        out_dir=ctx.exp_dir / f"decode_combined_{tune_name}",
-        name=tune_name,
-    )
-    setting = f"systems={len(systems)} nbest={cfg.nbest} lm_weight={lm_weight:g} word_score={word_score:g}"
-    settings.lm_weight, settings.word_score, settings.tuned_on = lm_weight, word_score, tune_name
-    settings.save(ctx.exp_dir)  # what asrkit transcribe combines with
-    for name, data_dir in targets.items():
-        if name == tune_name and name not in dict(decode_targets(ctx)):
-            continue
-        out_dir = ctx.exp_dir / f"decode_combined_{name}"
-        hyp = pick(candidates[name], lm_weight=lm_weight, word_score=word_score)
-        atomic_write(out_dir / "setting", setting + "\n")
-        report(name, f"combined, {setting}", write_and_score(hyp, data_dir, out_dir), out_dir)
+    for name, done in prepared.items():
+        per_utt = sum(len(c) for c in done.scores.values()) / max(len(done.scores), 1)
+        log.info("%s: %d systems proposed %.1f distinct transcripts per utterance", name, len(dirs), per_utt)

@@ -1,5 +1,5 @@
-"""What several stages share: the sets they decode and tune on, the LM-weight sweep and its
-reports, the experiment's model, the recipe's preparation script, and the key under which
+"""What several stages share: the sets they decode and tune on, tuning and decoding with
+any decoder and its reports, the experiment's model, the recipe's preparation script, and the key under which
 training saves its resume states. Stage modules import from here (and from library
 layers below), never from one another.
 """
@@ -13,10 +13,12 @@ from pathlib import Path
 from types import ModuleType
 
 from asrkit.data.io import atomic_write
+from asrkit.decoding.decoder import Decoder, Point, Prepared, write_and_score
 from asrkit.decoding.recognizer import Recognizer, check_exp_dir
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError, DataError
 from asrkit.scoring import score_texts
+from asrkit.scoring.wer import read_text
 from asrkit.stages.registry import StageContext
 
 log = logging.getLogger(__name__)
@@ -101,34 +103,88 @@ def tune_target(ctx: StageContext) -> tuple[str, Path]:
     return name, data_dir
 
 
-def sweep(
-    ref: dict[str, list[str]],
-    grid: Sequence[tuple[float, float]],
-    hyps: Callable[[float, float], Mapping[str, str]],
+def tune_and_decode(
+    decoder: Decoder,
     *,
-    out_dir: Path,
-    name: str,
-) -> tuple[float, float]:
-    """Score ``hyps(lm_weight, word_score)`` against ``ref`` at every grid point, writing
-    one ``wer_<lm weight>_<word score>`` file each and Kaldi's ``best_wer`` in
-    ``out_dir``; return the pair with the fewest errors (ties: the lower weights)."""
+    tune: Callable[[], tuple[str, Path]],
+    targets: Sequence[tuple[str, Path]],
+    out_dir: Callable[[str], Path],
+    prepared: dict[str, Prepared] | None = None,
+    record_dir: Path | None = None,
+) -> Point:
+    """Kaldi's "tune on dev, decode every set at the best setting", for any decoder.
+
+    When ``decoder.grid`` has more than one point, the set ``tune()`` names is decoded at every
+    point (one ``wer_<w>_<s>`` file each and Kaldi's ``best_wer`` in ``out_dir(name)``) and
+    the point with the fewest errors is picked (ties: the lower weights); then each of
+    ``targets`` is decoded at it into ``out_dir(name)`` (``hyp``, ``scoring/``, and the
+    ``setting`` line) and its score reported. ``prepared`` caches each set's acoustic
+    scores by name (several decoders of one network share them); with ``record_dir`` the
+    tuned decoder's record is saved there (what :func:`~asrkit.decoding.load_decoder`
+    rebuilds). Returns the point picked.
+    """
+    cache = prepared if prepared is not None else {}
+
+    def scores(name: str, data_dir: Path) -> Prepared:
+        if name not in cache:
+            cache[name] = decoder.prepare(data_dir)
+        return cache[name]
+
+    best, tuned_on = decoder.grid[0], ""
+    if len(decoder.grid) > 1:
+        tuned_on, tune_dir = tune()
+        table = decoder.hypotheses(scores(tuned_on, tune_dir), decoder.grid)
+        best = _pick(
+            read_text(tune_dir / "text"),
+            table,
+            out_dir=out_dir(tuned_on),
+            what=f"{tuned_on} ({decoder.label})",
+        )
+    if record_dir is not None:
+        decoder.record(best, tuned_on=tuned_on).save(record_dir)
+    for name, data_dir in targets:
+        hyp = decoder.hypotheses(scores(name, data_dir), [best])[best]
+        folder = out_dir(name)
+        line = write_and_score(hyp, data_dir, folder)
+        setting = decoder.setting(best)
+        if setting is not None:
+            atomic_write(folder / "setting", setting + "\n")
+        report(name, decoder.describe(best), line, folder)
+    return best
+
+
+def _pick(
+    ref: dict[str, list[str]], table: Mapping[Point, Mapping[str, str]], *, out_dir: Path, what: str
+) -> Point:
+    """Score each point's hypotheses against ``ref``, writing ``wer_<w>_<s>`` files and
+    ``best_wer`` in ``out_dir``; the point with the fewest errors (ties: the lower weights)."""
     results = []
-    for lm_weight, word_score in grid:
-        hyp = {utt: text.split() for utt, text in hyps(lm_weight, word_score).items()}
-        words = score_texts(ref, hyp).words
-        atomic_write(out_dir / f"wer_{lm_weight:g}_{word_score:g}", words.kaldi_line() + "\n")
-        results.append((words.errors, lm_weight, word_score, words.kaldi_line()))
+    for (first, second), hyps in table.items():
+        words = score_texts(ref, {utt: text.split() for utt, text in hyps.items()}).words
+        atomic_write(out_dir / f"wer_{first:g}_{second:g}", words.kaldi_line() + "\n")
+        results.append((words.errors, first, second, words.kaldi_line()))
     best = min(results)
     atomic_write(out_dir / "best_wer", f"{best[3]} {out_dir / f'wer_{best[1]:g}_{best[2]:g}'}\n")
     log.info(
         "%s: best of %d settings: %g / %g (lm weight / word score or penalty), %s",
-        name,
-        len(grid),
+        what,
+        len(table),
         best[1],
         best[2],
         best[3],
     )
     return best[1], best[2]
+
+
+def show_decoded(folders: Sequence[tuple[str, Path, str]]) -> None:
+    """Print the scores of decoded sets again (a skipped stage): ``(label, folder, set)``;
+    the label gets the folder's ``setting`` line."""
+    for label, folder, name in folders:
+        wer = folder / "scoring" / "wer"
+        if wer.is_file():
+            setting = folder / "setting"
+            text = f"{label}, {setting.read_text().strip()}" if setting.is_file() else label
+            report(name, text, wer.read_text().splitlines()[0], folder)
 
 
 def report(name: str, method: str, line: str | None, out_dir: Path) -> None:

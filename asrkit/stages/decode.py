@@ -10,33 +10,32 @@ each and Kaldi's ``best_wer`` — and every other set is decoded with the best p
 
 from __future__ import annotations
 
-import itertools
 import logging
 from pathlib import Path
 
-from asrkit.data.io import atomic_write
-from asrkit.decoding.beam import BeamSearch, lexicon_words
-from asrkit.decoding.recognizer import DecodeSettings, Recognizer, write_and_score
-from asrkit.errors import ConfigError
+from asrkit.decoding.beam import lexicon_words
+from asrkit.decoding.ctc import CTC_KINDS, CtcDecoder
+from asrkit.decoding.decoder import Prepared, forget_record
 from asrkit.scoring.wer import read_text
-from asrkit.stages.common import decode_targets, prepared_set, report, stage_recognizer, sweep, tune_target
+from asrkit.stages.common import (
+    decode_targets,
+    prepared_set,
+    show_decoded,
+    stage_recognizer,
+    tune_and_decode,
+    tune_target,
+)
 from asrkit.stages.registry import StageContext, stage
 
 log = logging.getLogger(__name__)
 
 
-def show_results(ctx: StageContext) -> None:
-    """Print the scores of a finished decode again (when the stage is skipped)."""
+def _folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     method, names = ctx.cfg.decode.method, [name for name, _ in decode_targets(ctx)]
     folders = [("greedy", ctx.exp_dir / f"decode_{name}", name) for name in names]
     if method != "greedy":
         folders += [(method, ctx.exp_dir / f"decode_{method}_{name}", name) for name in names]
-    for label, folder, name in folders:  # in the order the stage reports them
-        if (folder / "scoring" / "wer").is_file():
-            setting = folder / "setting"
-            if setting.is_file():
-                label = f"{label}, {setting.read_text().strip()}"
-            report(name, label, (folder / "scoring" / "wer").read_text().splitlines()[0], folder)
+    return folders  # in the order the stage reports them
 
 
 @stage(
@@ -46,7 +45,7 @@ def show_results(ctx: StageContext) -> None:
     "(decode=beam_lm); hyp and scoring/ in decode_[<method>_]<set>/",
     uses=("decode",),
     needs=(4,),
-    on_skip=show_results,
+    on_skip=lambda ctx: show_decoded(_folders(ctx)),
     outputs=lambda ctx: [ctx.exp_dir / f"decode_{name}" / "hyp" for name, _ in decode_targets(ctx)],
 )
 def decode(ctx: StageContext) -> None:
@@ -59,102 +58,52 @@ def decode(ctx: StageContext) -> None:
         )
         return
     targets = [(name, prepared_set(ctx, name, path)) for name, path in decode_targets(ctx)]
-    posteriors = {}
-    for name, data_dir in targets:
-        posteriors[name] = recognizer.posteriors(recognizer.open_set(data_dir))
-        hyp = {utt: recognizer.greedy(lp) for utt, lp in posteriors[name]}
-        report(
-            name,
-            "greedy",
-            write_and_score(hyp, data_dir, ctx.exp_dir / f"decode_{name}"),
-            ctx.exp_dir / f"decode_{name}",
-        )
+    # The search this stage tunes is the experiment's CTC decoder: records of the others go.
+    for kind in CTC_KINDS:
+        if kind != cfg.method:
+            forget_record(ctx.exp_dir, kind)
+    posteriors: dict[str, Prepared] = {}  # each set's log-probabilities, for every search
+    greedy = CtcDecoder(recognizer, "greedy")
+    tune_and_decode(
+        greedy,
+        tune=lambda: tune_target(ctx),
+        targets=targets,
+        out_dir=lambda name: ctx.exp_dir / f"decode_{name}",
+        prepared=posteriors,
+        record_dir=ctx.exp_dir if cfg.method == "greedy" else None,
+    )
     if cfg.method == "greedy":
         return
-    lexicon = lm = None
-    if cfg.method == "beam_lm":
-        lexicon, lm = ctx.exp_dir / "lang" / "lexicon.txt", ctx.exp_dir / "lang" / "lm.arpa"
-        for path in (lexicon, lm):
-            if not path.is_file():
-                raise ConfigError(
-                    f"{path}: not found; run stage 3 (lang) for this experiment, or decode with decode=greedy"
-                )
-    lm_weights, word_scores = (cfg.lm_weights, cfg.word_scores) if lm else ([0.0], [0.0])
-    grid = list(itertools.product(lm_weights, word_scores))
-    chosen = grid[0]
-    if len(grid) > 1:
-        chosen = _tune(ctx, recognizer, lexicon, lm, grid, posteriors)
-    search = BeamSearch(
-        recognizer.tokenizer,
-        lexicon=lexicon,
-        lm=lm,
+    decoder = CtcDecoder(
+        recognizer,
+        cfg.method,
+        [(w, s) for w in cfg.lm_weights for s in cfg.word_scores],
         beam_size=cfg.beam_size,
         beam_threshold=cfg.beam_threshold,
-        lm_weight=chosen[0],
-        word_score=chosen[1],
     )
-    # What asrkit transcribe uses by default: the search as tuned here.
-    settings = DecodeSettings(
-        method=cfg.method,
-        beam_size=cfg.beam_size,
-        beam_threshold=cfg.beam_threshold,
-        lm_weight=chosen[0],
-        word_score=chosen[1],
-        model=cfg.model,
-        tuned_on=cfg.tune_set or ctx.cfg.data.dev_set if len(grid) > 1 else "",
+    if decoder.lexicon is not None:
+        _log_oov(targets, lexicon_words(decoder.lexicon))
+    tune_and_decode(
+        decoder,
+        tune=lambda: tune_target(ctx),
+        targets=targets,
+        out_dir=lambda name: ctx.exp_dir / f"decode_{cfg.method}_{name}",
+        prepared=posteriors,
+        record_dir=ctx.exp_dir,  # what asrkit transcribe decodes with by default
     )
-    settings.save(ctx.exp_dir)
-    known = lexicon_words(lexicon) if lexicon else None
+
+
+def _log_oov(targets: list[tuple[str, Path]], known: set[str]) -> None:
     for name, data_dir in targets:
-        out_dir = ctx.exp_dir / f"decode_{cfg.method}_{name}"
-        if known is not None and (data_dir / "text").is_file():
-            ref = [w for words in read_text(data_dir / "text").values() for w in words]
-            oov = sorted({w for w in ref if w not in known})
-            log.info(
-                "%s: %d of %d reference words (%.2f%%) are not in the lexicon%s",
-                name,
-                sum(w not in known for w in ref),
-                len(ref),
-                100.0 * sum(w not in known for w in ref) / max(len(ref), 1),
-                f" ({', '.join(oov[:10])}); the decoder cannot output them" if oov else "",
-            )
-        hyp = {utt: search(lp) for utt, lp in posteriors[name]}
-        setting = f"lm_weight={chosen[0]:g} word_score={chosen[1]:g} beam_size={cfg.beam_size}"
-        atomic_write(out_dir / "setting", setting + "\n")
-        report(
+        if not (data_dir / "text").is_file():
+            continue
+        ref = [w for words in read_text(data_dir / "text").values() for w in words]
+        oov = sorted({w for w in ref if w not in known})
+        log.info(
+            "%s: %d of %d reference words (%.2f%%) are not in the lexicon%s",
             name,
-            f"{cfg.method}, {setting}" if lm else cfg.method,
-            write_and_score(hyp, data_dir, out_dir),
-            out_dir,
+            sum(w not in known for w in ref),
+            len(ref),
+            100.0 * sum(w not in known for w in ref) / max(len(ref), 1),
+            f" ({', '.join(oov[:10])}); the decoder cannot output them" if oov else "",
         )
-
-
-def _tune(
-    ctx: StageContext,
-    recognizer: Recognizer,
-    lexicon: Path | None,
-    lm: Path | None,
-    grid: list[tuple[float, float]],
-    posteriors: dict,
-) -> tuple[float, float]:
-    """Decode the tune set with every grid point; write ``wer_<w>_<s>`` files and
-    ``best_wer``; return the best ``(lm weight, word score)``."""
-    cfg = ctx.cfg.decode
-    name, data_dir = tune_target(ctx)
-    if name not in posteriors:
-        posteriors[name] = recognizer.posteriors(recognizer.open_set(data_dir))
-    out_dir = ctx.exp_dir / f"decode_{cfg.method}_{name}"
-
-    def hyps(lm_weight: float, word_score: float) -> dict[str, str]:
-        search = BeamSearch(
-            recognizer.tokenizer,
-            lexicon=lexicon,
-            lm=lm,
-            beam_size=cfg.beam_size,
-            beam_threshold=cfg.beam_threshold,
-            lm_weight=lm_weight,
-            word_score=word_score,
-        )
-        return {utt: search(lp) for utt, lp in posteriors[name]}
-
-    return sweep(read_text(data_dir / "text"), grid, hyps, out_dir=out_dir, name=name)

@@ -2,7 +2,7 @@
 and ``train_summary.json`` (:func:`asrkit.learner.train_learner` does the training).
 
 With ``strategy.learners x strategy.nnodes > 1`` the stage starts the learners
-with torchrun (``python -m asrkit.stages.learner exp/<name>/config.yaml``) and
+with torchrun (``python -m asrkit.stages.learner_process exp/<name>/config.yaml``) and
 waits; a stage already running under torchrun (a user's own ``torchrun -m asrkit
 run --stage 4 ...``) trains as the learner it was started as.
 """
@@ -60,7 +60,7 @@ def train(ctx: StageContext) -> None:
         summary = ctx.exp_dir / "train_summary.json"  # the main learner's last write
         launch_learners(
             strategy,
-            ["asrkit.stages.learner", str(ctx.exp_dir / "config.yaml")],
+            ["asrkit.stages.learner_process", str(ctx.exp_dir / "config.yaml")],
             note=ctx.exp_dir / "log" / f"stopped.node{strategy.node_rank}",
             finished=lambda: summary.is_file() and summary.stat().st_mtime >= began,
         )

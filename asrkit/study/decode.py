@@ -41,7 +41,7 @@ def decode_run(cfg: AsrkitConfig, run_dir: Path) -> dict[str, Any]:
     """Decode ``run_dir/model.pt`` through ``cfg``'s experiment's HCLG (see the module);
     writes and returns the ``decode.json`` record."""
     from asrkit.stages.common import decode_targets
-    from asrkit.stages.hybrid import gmm_dir, hybrid_decode, system_names
+    from asrkit.stages.hmm import gmm_dir, hybrid_decode, system_names
     from asrkit.stages.registry import StageContext
 
     if cfg.pipeline != "hybrid" or cfg.objective != "ce":

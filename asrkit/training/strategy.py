@@ -5,7 +5,7 @@ six points and nowhere else: ``wrap`` once, ``before_step``, ``after_backward`` 
 ``after_step`` every step, ``finish`` at the end (or when a signal stops training), and
 ``state_dict``/``load_state_dict`` for resume states. The rest of what learners do
 together is not the strategy's: the trainer's sums, resume agreement and save barriers
-go through the :class:`~asrkit.distributed.comm.Communicator` it is handed, and how the
+go through the :class:`~asrkit.comm.Communicator` it is handed, and how the
 training set is shared is the batch planner's (a
 :class:`~asrkit.loader.planning.Sharding` the strategy declares). A single process uses
 this class itself, where every point is a no-op.
@@ -53,7 +53,8 @@ class Strategy:
         sharding: how this learner's batches are cut from the training set.
         lockstep: every learner takes the same steps (so a stop or a resume state may
             fall mid-epoch); strategies that average asynchronously meet only at epoch
-            ends and save barriers.
+            ends and save barriers. Read from ``sharding`` (:attr:`Sharding.lockstep`),
+            the one place it is decided.
         gradient_share: the share of the global batch in the gradient this learner's
             optimizer steps on: 1 alone and for SYNC (the global batch's mean), 1/n for
             the learners of ADPSGD and delay-by-one, G/n for HYBRID's groups of G. The
@@ -62,11 +63,14 @@ class Strategy:
             global batch's threshold would make the averaged steps shorter than SYNC's.
     """
 
-    lockstep: bool = True
     gradient_share: float = 1.0
 
     def __init__(self) -> None:
         self.sharding = Sharding()
+
+    @property
+    def lockstep(self) -> bool:
+        return self.sharding.lockstep
 
     def wrap(self, model: nn.Module, *, resumed: bool) -> nn.Module:
         """Called once, before the first step; returns the module the loop calls (e.g. a

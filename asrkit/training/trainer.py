@@ -3,10 +3,10 @@
 :class:`Trainer.fit` is the whole loop. A distributed strategy sees it only at the six
 points of :class:`~asrkit.training.strategy.Strategy`; what the learners do together
 besides (summing dev figures and stop flags, agreeing on a resume state, waiting for
-each other's saves) goes through the :class:`~asrkit.distributed.comm.Communicator` the
+each other's saves) goes through the :class:`~asrkit.comm.Communicator` the
 trainer is handed, and the batches come from the planner
 (:func:`~asrkit.loader.planning.shard_batches`) under the strategy's sharding. A single
-process is a :class:`~asrkit.distributed.comm.SoloCommunicator` and the no-op
+process is a :class:`~asrkit.comm.SoloCommunicator` and the no-op
 :class:`~asrkit.training.strategy.Strategy`.
 """
 
@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from asrkit.choices import resume_mode
+from asrkit.comm import Communicator, Pending, SoloCommunicator
 from asrkit.device import pick_device
-from asrkit.distributed.comm import Communicator, Pending, SoloCommunicator
 from asrkit.errors import ConfigError, TrainingDiverged
 from asrkit.loader.batch import Batch, Utterance, chunk_batch
 from asrkit.loader.planning import BucketBatches, shard_batches

@@ -618,7 +618,7 @@ def _(w: Work):
     return w.config("model.size=huge"), ["model.size", "huge"]
 
 
-# --- the hybrid pipeline (its cases on real speech: test_hybrid_stages.py) --------------
+# --- the hybrid pipeline (its cases on real speech: test_hmm_stages.py) --------------
 
 
 @case("config-unknown-pipeline")
@@ -683,9 +683,9 @@ def _(w: Work):
 @case("transcribe-beam-lm-never-tuned")
 def _(w: Work):
     w.trained()
-    (w.exp / "decoding.json").unlink(missing_ok=True)
+    (w.exp / "decoders" / "beam_lm.json").unlink(missing_ok=True)
     return Run(["transcribe", str(w.exp), str(w.audio("spk1-utt0")), "--decode", "beam_lm"]), [
-        str(w.exp / "decoding.json"),
+        str(w.exp / "decoders" / "beam_lm.json"),
         "no beam_lm settings",
         "decode=beam_lm first",
     ]
@@ -694,9 +694,10 @@ def _(w: Work):
 @case("transcribe-decoding-settings-corrupt")
 def _(w: Work):
     w.trained()
-    (w.exp / "decoding.json").write_text("{ not json")
+    (w.exp / "decoders").mkdir()
+    (w.exp / "decoders" / "beam_lm.json").write_text("{ not json")
     return Run(["transcribe", str(w.exp), str(w.audio("spk1-utt0"))]), [
-        str(w.exp / "decoding.json"),
+        str(w.exp / "decoders" / "beam_lm.json"),
         "unreadable decoding settings",
         "rerun stage 5",
     ]

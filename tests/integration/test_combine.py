@@ -31,8 +31,8 @@ def test_stage_8_trains_the_members_and_combines_them(tmp_path: Path) -> None:
     for member in ("member1", "member2"):
         assert (exp / member / "model.pt").is_file()
         assert (exp / member / "decode_beam_lm_test" / "scoring" / "wer").is_file()
-    saved = json.loads((exp / "combination.json").read_text())
-    assert saved["systems"] == [".", "member1", "member2"]
+    saved = json.loads((exp / "decoders" / "combined.json").read_text())
+    assert saved["settings"]["systems"] == [".", "member1", "member2"]
     assert saved["tuned_on"] == "train_dev"
     assert {p.name for p in (exp / "decode_combined_train_dev").glob("wer_*")} == {"wer_0_0", "wer_1_0"}
     assert (exp / "decode_combined_test" / "scoring" / "wer").read_text().startswith("%WER ")

@@ -57,7 +57,7 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     # transcribe: by default the search stage 5 tuned (beam + LM), or greedy on request;
     # each gives exactly the decoding stage's transcripts.
     wav_scp = read_kaldi_map(tmp_path / "data" / "test" / "wav.scp")
-    assert json.loads((exp / "decoding.json").read_text())["method"] == "beam_lm"
+    assert json.loads((exp / "decoders" / "beam_lm.json").read_text())["kind"] == "beam_lm"
     for options, folder in (([], "decode_beam_lm_test"), (["--decode", "greedy"], "decode_test")):
         hyp = read_kaldi_map(exp / folder / "hyp", allow_empty_value=True)
         out = run_cli(

@@ -1,4 +1,4 @@
-"""The import structure the house keeps (issue 29): stage modules share through
+"""The import structure the house keeps: stage modules share through
 asrkit.stages.common and the library layers, never through one another."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def stage_modules() -> set[str]:
 
 def test_no_stage_module_imports_another() -> None:
     stages = stage_modules()
-    assert {"asrkit.stages.train", "asrkit.stages.decode", "asrkit.stages.hybrid"} <= stages
+    assert {"asrkit.stages.train", "asrkit.stages.decode", "asrkit.stages.hmm"} <= stages
     crossing = {}
     for module in sorted(stages):
         others = imports_of(PACKAGE / "stages" / f"{module.rsplit('.', 1)[1]}.py") & (stages - {module})
@@ -116,16 +116,17 @@ def test_the_choices_are_declared_on_the_ground_floor() -> None:
     assert imports_of(PACKAGE / "choices.py") == set()
 
 
-def test_training_knows_of_distribution_only_the_communicator() -> None:
-    """The trainer reaches the other learners through a Communicator alone; the strategies
-    plug in through asrkit.training.strategy alone."""
+def test_training_knows_nothing_of_distribution() -> None:
+    """The trainer reaches the other learners through a Communicator (asrkit.comm, a layer
+    below both); the strategies plug in through asrkit.training.strategy alone. No arrow
+    runs from training back up to distributed."""
     training = {
         m
         for path in (PACKAGE / "training").glob("*.py")
         for m in imports_of(path)
         if m.startswith("asrkit.distributed")
     }
-    assert {m.rsplit(".", 1)[0] if m.count(".") > 2 else m for m in training} <= {"asrkit.distributed.comm"}
+    assert training == set()
     distributed = {
         m
         for path in (PACKAGE / "distributed").glob("*.py")
@@ -135,6 +136,18 @@ def test_training_knows_of_distribution_only_the_communicator() -> None:
     assert {m.rsplit(".", 1)[0] if m.count(".") > 2 else m for m in distributed} <= {
         "asrkit.training.strategy"
     }
+    assert {m for m in imports_of(PACKAGE / "comm.py") if m != "asrkit.errors"} == set()
+
+
+def test_decoding_sits_below_the_stages_and_the_cli() -> None:
+    """The decoders (asrkit.decoding) know nothing of stages, the CLI or training; stages
+    and transcribe reach them through asrkit.decoding's modules."""
+    above = ("asrkit.stages", "asrkit.cli", "asrkit.training", "asrkit.distributed", "asrkit.study")
+    reaching_up = {
+        str(path.relative_to(PACKAGE)): sorted(m for m in imports_of(path) if m.startswith(above))
+        for path in (PACKAGE / "decoding").glob("*.py")
+    }
+    assert {name: found for name, found in reaching_up.items() if found} == {}
 
 
 def test_one_module_makes_every_process_group() -> None:
@@ -149,4 +162,23 @@ def test_one_module_makes_every_process_group() -> None:
         )
     )
     # comm.py: the torch.distributed call inside TorchCommunicator.new_group itself.
-    assert makers == ["distributed/comm.py", "distributed/groups.py"]
+    assert makers == ["comm.py", "distributed/groups.py"]
+
+
+def test_one_function_trains_the_gmm_systems() -> None:
+    """The GMM stage and the HMM pipeline's benchmark both train through
+    asrkit.gmm.pipeline.train_systems; nothing else calls the system trainers."""
+    callers = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", "")) in ("train_mono", "train_triphone")
+    }
+    assert callers == {"gmm/pipeline.py"}
+    users = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if "train_systems(" in path.read_text() and path.name != "pipeline.py"
+    }
+    assert users == {"stages/hmm.py", "bench/hmm.py"}

@@ -252,7 +252,7 @@ def test_a_segment_past_the_recording_end_is_an_error_and_writes_nothing(dirs, t
 
 
 def test_decoding_without_features_cuts_the_recordings(dirs) -> None:
-    # What stage 5 and Recognizer.decode_data_dir do for a data dir without feats.scp,
+    # What the decoders do (Recognizer.open_set) for a data dir without feats.scp,
     # with an identity CMVN in place of a trained experiment's.
     from asrkit.decoding.recognizer import Recognizer
 

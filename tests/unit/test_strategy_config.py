@@ -6,9 +6,9 @@ import math
 
 import pytest
 
+from asrkit.comm import Runtime
 from asrkit.config import compose, to_object
 from asrkit.distributed.base import Straggler, steady_rate
-from asrkit.distributed.comm import Runtime
 from asrkit.distributed.config import (
     STRATEGIES,
     DelayByOneConfig,
@@ -129,7 +129,7 @@ def test_environment_is_read_in_one_place() -> None:
     assert ctx == DistContext(rank=3, world_size=4, local_rank=1, device=torch.device("cpu"), backend="gloo")
     assert context_from_env(torch.device("cpu"), environ={}).world_size == 1
     command = torchrun_command(
-        SyncConfig(learners=2, nnodes=2, node_rank=1), ["asrkit.stages.learner", "cfg.yaml"]
+        SyncConfig(learners=2, nnodes=2, node_rank=1), ["asrkit.stages.learner_process", "cfg.yaml"]
     )
     assert "--nnodes=2" in command and "--node-rank=1" in command and command[-1] == "cfg.yaml"
 
@@ -164,7 +164,7 @@ def test_delay_by_one_merge_weight() -> None:
 
 
 def test_only_communication_failures_are_reported_as_such() -> None:
-    from asrkit.stages.learner import is_communication_error
+    from asrkit.stages.learner_process import is_communication_error
 
     peer_gone = RuntimeError(
         "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29500"
@@ -178,13 +178,19 @@ def test_only_communication_failures_are_reported_as_such() -> None:
 
 def test_the_registry_names_classes_each_strategy_has_a_class() -> None:
     from asrkit.distributed.base import DistributedStrategy
-    from asrkit.distributed.strategies import STRATEGY_CLASSES
+    from asrkit.distributed.strategies import strategy_class
 
-    multi = {name: info.config for name, info in STRATEGIES.items() if name != "single"}
-    assert set(STRATEGY_CLASSES) == set(multi.values())
-    for name, config in multi.items():
-        assert issubclass(STRATEGY_CLASSES[config], DistributedStrategy), name
-        assert strategy_config(name).name == name
+    assert strategy_class(strategy_config("single")) is None
+    runners = set()
+    for name in STRATEGIES:
+        if name == "single":
+            continue
+        cfg = strategy_config(name)
+        assert cfg.name == name
+        runner = strategy_class(cfg)
+        assert runner is not None and issubclass(runner, DistributedStrategy), name
+        runners.add(runner)
+    assert len(runners) == len(STRATEGIES) - 1  # a class per strategy
 
 
 def test_exponential_stragglers_add_a_seeded_exponential_extra_with_mean_factor_minus_one() -> None:

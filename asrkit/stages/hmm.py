@@ -1,4 +1,6 @@
-"""The hybrid pipeline's own stages (``pipeline=hybrid``): IBM's acoustic models.
+"""The HMM pipeline's own stages (``pipeline=hybrid``: GMM-HMM systems, then the BLSTM as
+the acoustic model of an NN-HMM hybrid, IBM's acoustic models). The module is named for
+the HMM so that "hybrid" means one thing in the code: the HYBRID strategy.
 
 Stages 0-3 are the corpus stages every pipeline shares (data, fbank features, and the
 lexicon + word n-gram LM of stage 3). Then, in Kaldi's shapes, under ``<exp>/gmm/``:
@@ -22,20 +24,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from asrkit.data.datadir import read_data_dir
 from asrkit.data.io import atomic_write
-from asrkit.decoding.recognizer import write_and_score
+from asrkit.decoding.decoder import Prepared
 from asrkit.errors import ConfigError, DataError
 from asrkit.learner import alignment_source
-from asrkit.scoring.wer import read_text
-from asrkit.stages.common import decode_targets, report, stage_recognizer, sweep, tune_target
+from asrkit.stages.common import decode_targets, show_decoded, stage_recognizer, tune_and_decode, tune_target
 from asrkit.stages.registry import StageContext, stage
 
 if TYPE_CHECKING:
@@ -51,7 +50,9 @@ def gmm_dir(ctx: StageContext) -> Path:
 
 def system_names(ctx: StageContext) -> list[str]:
     """The GMM systems in training order: ``mono``, ``tri1``, ..."""
-    return ["mono"] + [f"tri{k + 1}" for k in range(len(ctx.cfg.gmm.tri_leaves))]
+    from asrkit.gmm.pipeline import system_names as names
+
+    return names(ctx.cfg.gmm)
 
 
 def _lexicon_path(ctx: StageContext) -> str:
@@ -86,7 +87,8 @@ def gmm(ctx: StageContext) -> None:
     from asrkit.data.perturb import original_only, perturbed_factors
     from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
     from asrkit.gmm.lang import UNK_PHONE, UNK_WORD, prepare_lang
-    from asrkit.gmm.train import GraphCompiler, align, train_mono, train_triphone, write_alignment_dir
+    from asrkit.gmm.pipeline import train_systems
+    from asrkit.gmm.train import GraphCompiler, align, write_alignment_dir
     from asrkit.targets.phones import read_pronunciations
 
     cfg = ctx.cfg.gmm
@@ -121,42 +123,10 @@ def gmm(ctx: StageContext) -> None:
     where = str(ctx.data_root / train_set / "text")
     timings: dict[str, float] = {"features": round(time.monotonic() - began, 1)}
 
-    began = time.monotonic()
-    system, result = train_mono(lang, feats, texts, cfg, where=where, seed=ctx.cfg.seed)
-    write_alignment_dir(root / "mono", system, result)
-    timings["mono"] = round(time.monotonic() - began, 1)
-    log.info(
-        "mono: %d states, %d Gaussians, log-likelihood per frame %.3f (%.0f s)",
-        system.am.num_pdfs,
-        system.am.num_gauss,
-        result.like_per_frame,
-        timings["mono"],
-    )
-    for k, (leaves, gauss) in enumerate(zip(cfg.tri_leaves, cfg.tri_gauss, strict=True)):
-        began = time.monotonic()
-        system, result, _ = train_triphone(
-            lang,
-            feats,
-            texts,
-            system,
-            result.alignments,
-            cfg,
-            num_leaves=leaves,
-            num_gauss=gauss,
-            where=where,
-            seed=ctx.cfg.seed + k + 1,
-        )
-        name = f"tri{k + 1}"
-        write_alignment_dir(root / name, system, result)
-        timings[name] = round(time.monotonic() - began, 1)
-        log.info(
-            "%s: %d tied states, %d Gaussians, log-likelihood per frame %.3f (%.0f s)",
-            name,
-            system.am.num_pdfs,
-            system.am.num_gauss,
-            result.like_per_frame,
-            timings[name],
-        )
+    trained = train_systems(lang, feats, texts, cfg, seed=ctx.cfg.seed, where=where, out_dir=root)
+    timings.update({name: round(seconds, 1) for name, seconds in trained.seconds.items()})
+    system, result = trained.final, trained.last
+    assert result is not None
     if len(texts) < len(all_texts):
         began = time.monotonic()
         graphs = GraphCompiler(system).compile(all_texts, where=where)
@@ -185,51 +155,7 @@ def _grid(ctx: StageContext) -> list[tuple[float, float]]:
     return [(w, p) for w in ctx.cfg.wfst.lm_weights for p in ctx.cfg.wfst.word_penalties]
 
 
-def _setting_text(lm_weight: float, penalty: float) -> str:
-    return f"lm_weight={lm_weight:g} word_penalty={penalty:g}"
-
-
-def decode_sets(
-    ctx: StageContext,
-    label: str,
-    hyps_at: Callable[[str, Path], Callable[[float, float], Mapping[str, str]]],
-    out_name: Callable[[str], Path],
-) -> tuple[dict[str, str | None], tuple[float, float]]:
-    """Sweep the tune set over the weight grid, then decode every other set at the best
-    pair; each set's ``hyp``, ``scoring/`` and ``setting`` go to ``out_name(set)``. Returns
-    set -> Kaldi WER line. ``hyps_at(name, data dir)`` prepares a set (computes its
-    acoustic scores once) and returns ``(lm weight, word penalty) -> hyps``. Also returns
-    the pair picked on the tune set."""
-    tune_name, tune_dir = tune_target(ctx)
-    tune = hyps_at(tune_name, tune_dir)
-    ref = read_text(tune_dir / "text")
-    best = sweep(ref, _grid(ctx), tune, out_dir=out_name(tune_name), name=f"{tune_name} ({label})")
-    lines: dict[str, str | None] = {}
-    for name, data_dir in decode_targets(ctx):
-        hyps = tune if name == tune_name else hyps_at(name, data_dir)
-        out_dir = out_name(name)
-        line = write_and_score(dict(hyps(*best)), data_dir, out_dir)
-        atomic_write(out_dir / "setting", _setting_text(*best) + "\n")
-        report(name, f"{label}, {_setting_text(*best)}", line, out_dir)
-        lines[name] = line
-    return lines, best
-
-
-def _lattice_hyps(
-    decoder: WfstDecoder, scores: Mapping[str, np.ndarray], grid: list[tuple[float, float]], nj: int
-) -> Callable[[float, float], Mapping[str, str]]:
-    """Every utterance's lattice rescored at every grid point once (in ``nj`` jobs);
-    ``(w, p) -> hyps``."""
-    lm_weights = sorted({w for w, _ in grid})
-    penalties = sorted({p for _, p in grid})
-    table: dict[tuple[float, float], dict[str, str]] = {combo: {} for combo in grid}
-    for utt, words in decoder.sweep(scores, lm_weights, word_penalties=penalties, nj=nj).items():
-        for combo in grid:
-            table[combo][utt] = " ".join(words[combo])
-    return lambda w, p: table[(w, p)]
-
-
-def _decoder(ctx: StageContext, graph: GraphDir, transitions: object) -> WfstDecoder:
+def _search(ctx: StageContext, graph: GraphDir, transitions: object) -> WfstDecoder:
     from asrkit.decoding.wfst import WfstDecoder
 
     cfg = ctx.cfg.wfst
@@ -250,17 +176,14 @@ def _lm(ctx: StageContext) -> Path:
     return path
 
 
+def _rtf(timings: dict[str, float], label: str, prepared: Mapping[str, Prepared]) -> None:
+    """Each set's real-time factor (scoring and searching, over its 10 ms frames)."""
+    for name, done in prepared.items():
+        timings[f"{label}{name}_rtf"] = round(done.seconds / max(done.frames * 0.01, 1e-9), 4)
+
+
 def _decode_dir(system_dir: Path, name: str) -> Path:
     return system_dir / f"decode_{name}"
-
-
-def _show(folders: list[tuple[str, Path, str]]) -> None:
-    for label, folder, name in folders:
-        wer = folder / "scoring" / "wer"
-        if wer.is_file():
-            setting = folder / "setting"
-            text = f"{label}, {setting.read_text().strip()}" if setting.is_file() else label
-            report(name, text, wer.read_text().splitlines()[0], folder)
 
 
 def _gmm_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
@@ -279,14 +202,14 @@ def _gmm_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     uses=("wfst", "decode", "lm"),
     needs=(3, 4),
     pipelines=("hybrid",),
-    on_skip=lambda ctx: _show(_gmm_folders(ctx)),
+    on_skip=lambda ctx: show_decoded(_gmm_folders(ctx)),
     outputs=lambda ctx: [
         *(folder / "hyp" for _, folder, _ in _gmm_folders(ctx)),
         *(gmm_dir(ctx) / name / "graph" / "HCLG.fst" for name in system_names(ctx)),
     ],
 )
 def gmm_decode(ctx: StageContext) -> None:
-    from asrkit.gmm.feats import GmmFeatures
+    from asrkit.decoding.hclg import GmmDecoder
     from asrkit.gmm.graph import make_graph
     from asrkit.gmm.lang import load_lang
     from asrkit.gmm.train import GmmSystem
@@ -307,24 +230,27 @@ def gmm_decode(ctx: StageContext) -> None:
             transition_scale=ctx.cfg.wfst.transition_scale,
         )
         timings[f"{system_name}_graph"] = round(time.monotonic() - began, 2)
-        decoder = _decoder(ctx, graph, system.trans_model)
-
-        def hyps_at(name: str, data_dir: Path, system=system, decoder=decoder, label=system_name) -> Callable:
-            gmm_data = root / "data" / name
-            if not (gmm_data / "feats.scp").is_file():
-                raise DataError(
-                    f"{gmm_data}: no GMM features for decode set {name}; the GMM systems decode the "
-                    "recipe's own sets (data.dev_set, data.test_sets)"
-                )
-            feats = GmmFeatures(gmm_data)
-            began = time.monotonic()
-            scores = {utt: system.log_likelihoods(feats(utt)) for utt in feats.utt_ids}
-            hyps = _lattice_hyps(decoder, scores, _grid(ctx), ctx.cfg.wfst.nj)
-            frames = sum(s.shape[0] for s in scores.values())
-            timings[f"{label}_{name}_rtf"] = round((time.monotonic() - began) / (frames * 0.01), 4)
-            return hyps
-
-        decode_sets(ctx, system_name, hyps_at, partial(_decode_dir, root / system_name))
+        decoder = GmmDecoder(
+            system,
+            _search(ctx, graph, system.trans_model),
+            _grid(ctx),
+            name=system_name,
+            features_root=root / "data",
+            sample_rate=ctx.cfg.features.sample_rate,
+            graph=root / system_name / "graph",
+            transitions=root / system_name / "final.mdl",
+            nj=ctx.cfg.wfst.nj,
+        )
+        prepared: dict[str, Prepared] = {}
+        tune_and_decode(
+            decoder,
+            tune=lambda: tune_target(ctx),
+            targets=decode_targets(ctx),
+            out_dir=partial(_decode_dir, root / system_name),
+            prepared=prepared,
+            record_dir=root / system_name,
+        )
+        _rtf(timings, f"{system_name}_", prepared)
     atomic_write(root / "decode_timings.json", json.dumps(timings, indent=2) + "\n")
 
 
@@ -340,13 +266,11 @@ def _hybrid_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     uses=("wfst", "decode"),
     needs=(6,),
     pipelines=("hybrid",),
-    on_skip=lambda ctx: _show(_hybrid_folders(ctx)),
+    on_skip=lambda ctx: show_decoded(_hybrid_folders(ctx)),
     outputs=lambda ctx: [folder / "hyp" for _, folder, _ in _hybrid_folders(ctx)],
 )
 def hybrid_decode(ctx: StageContext) -> None:
-    import torch
-
-    from asrkit.decoding.hybrid import PRIOR_COUNTS, HybridScorer, HybridSettings
+    from asrkit.decoding.hclg import PRIOR_COUNTS, HybridDecoder, HybridScorer
     from asrkit.gmm.graph import load_graph_dir
     from asrkit.gmm.model_io import read_model
     from asrkit.targets.alignments import read_alignments
@@ -370,45 +294,33 @@ def hybrid_decode(ctx: StageContext) -> None:
             "these alignments"
         )
     graph_dir = Path(ctx.cfg.wfst.graph) if ctx.cfg.wfst.graph else last / "graph"
-    decoder = _decoder(ctx, load_graph_dir(graph_dir), transitions)
     counts = class_counts(read_alignments(source), model.num_classes)
     write_counts(ctx.exp_dir / PRIOR_COUNTS, counts)
-    subsample = int(getattr(model, "subsample", 1))
     scorer = HybridScorer(
         log_priors(counts),
-        subsample=subsample,
+        subsample=int(getattr(model, "subsample", 1)),
         prior_floor=ctx.cfg.wfst.prior_floor,
         prior_scale=ctx.cfg.wfst.prior_scale,
     )
-    timings: dict[str, float] = {}
-
-    def hyps_at(name: str, data_dir: Path) -> Callable:
-        utts = recognizer.open_set(data_dir)
-        lengths = dict(zip(utts.ids, utts.lengths.tolist(), strict=True))
-        began = time.monotonic()
-        with torch.inference_mode():
-            scores = {utt: scorer(out, lengths[utt]) for utt, out in recognizer.outputs(utts, "frame")}
-        hyps = _lattice_hyps(decoder, scores, _grid(ctx), ctx.cfg.wfst.nj)
-        frames = sum(lengths.values())
-        timings[f"{name}_rtf"] = round((time.monotonic() - began) / (frames * 0.01), 4)
-        return hyps
-
-    _, (lm_weight, penalty) = decode_sets(
-        ctx, "hybrid", hyps_at, lambda name: ctx.exp_dir / f"decode_hybrid_{name}"
+    decoder = HybridDecoder(
+        recognizer,
+        scorer,
+        _search(ctx, load_graph_dir(graph_dir), transitions),
+        _grid(ctx),
+        counts=PRIOR_COUNTS,
+        graph=graph_dir,
+        transitions=Path(source) / "final.mdl",
+        nj=ctx.cfg.wfst.nj,
     )
-    cfg = ctx.cfg.wfst
-    HybridSettings(
-        graph=str(graph_dir.resolve()),
-        transitions=str((Path(source) / "final.mdl").resolve()),
-        lm_weight=lm_weight,
-        word_penalty=penalty,
-        acoustic_scale=ctx.cfg.gmm.acoustic_scale,
-        beam=cfg.beam,
-        lattice_beam=cfg.lattice_beam,
-        max_active=cfg.max_active,
-        prior_floor=cfg.prior_floor,
-        prior_scale=cfg.prior_scale,
-        model=ctx.cfg.decode.model,
-        tuned_on=tune_target(ctx)[0],
-    ).save(ctx.exp_dir)
+    prepared: dict[str, Prepared] = {}
+    tune_and_decode(
+        decoder,
+        tune=lambda: tune_target(ctx),
+        targets=decode_targets(ctx),
+        out_dir=lambda name: ctx.exp_dir / f"decode_hybrid_{name}",
+        prepared=prepared,
+        record_dir=ctx.exp_dir,  # what asrkit transcribe decodes with
+    )
+    timings: dict[str, float] = {}
+    _rtf(timings, "", prepared)
     atomic_write(ctx.exp_dir / "decode_hybrid_timings.json", json.dumps(timings, indent=2) + "\n")

@@ -1,6 +1,6 @@
 """``asrkit bench hybrid`` through the command line, and its training figures.
 
-The in-process tests of the same code are in :mod:`tests.unit.test_bench_hybrid`.
+The in-process tests of the same code are in :mod:`tests.unit.test_bench_hmm`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import SHARED_AN4, run_cli
-from tests.unit.test_bench_hybrid import DICTIONARY, TINY, _positive, runs  # noqa: F401, F811 (runs: a fixture)
+from tests.unit.test_bench_hmm import DICTIONARY, TINY, _positive, runs  # noqa: F401, F811 (runs: a fixture)
 
 pytestmark = pytest.mark.skipif(
     not (SHARED_AN4 / "wav").is_dir() or not DICTIONARY.is_file(), reason="needs the AN4 corpus in ../shared"

@@ -1,5 +1,8 @@
 """The communicator: the collective operations the strategies are written against.
 
+A layer below both :mod:`asrkit.training` (the trainer's reductions) and
+:mod:`asrkit.distributed` (the strategies), so neither reaches up into the other for it.
+
 Neither the trainer nor a strategy calls ``torch.distributed`` itself. The trainer holds
 a :class:`Communicator` of all learners for its reductions, resume agreement and save
 barriers; the strategies hold the groups :func:`asrkit.distributed.groups.make_groups`

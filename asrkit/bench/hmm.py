@@ -1,5 +1,6 @@
-"""Hybrid pipeline speed: GMM training per stage, HCLG build, and decoding real-time factors
-next to the CTC beam search's, all measured in one run on one thread.
+"""The HMM pipeline's speed (``asrkit bench hybrid``, ``pipeline=hybrid``): GMM training
+per stage, HCLG build, and decoding real-time factors next to the CTC beam search's, all
+measured in one run on one thread.
 
 Three parts, each timed with the library's own functions (those of stages 4, 5 and 7 of
 ``pipeline=hybrid``):
@@ -103,13 +104,13 @@ def _frame_shift(data_dir: Path) -> float:
     return float((data_dir / "frame_shift").read_text()) if (data_dir / "frame_shift").is_file() else 0.01
 
 
-def _wer(data_dir: Path, hyps: dict[str, list[str]]) -> float | None:
+def _wer(data_dir: Path, hyps: dict[str, str]) -> float | None:
     if not (data_dir / "text").is_file():
         return None
     from asrkit.scoring.wer import read_text, score_texts
 
     ref = read_text(data_dir / "text")
-    return round(score_texts(ref, {u: h for u, h in hyps.items() if u in ref}).words.wer, 2)
+    return round(score_texts(ref, {u: h.split() for u, h in hyps.items() if u in ref}).words.wer, 2)
 
 
 @contextlib.contextmanager
@@ -126,28 +127,32 @@ def _work(work_dir: str | Path | None) -> Iterator[Path]:
 
 
 def _train(
-    train_dir: Path, lexicon: Path, cfg: GmmConfig, work: Path, *, threads: int
+    train_dir: Path,
+    lexicon: Path,
+    cfg: GmmConfig,
+    work: Path,
+    *,
+    threads: int,
+    seed: int = 1,  # the recipe's default seed
 ) -> tuple[dict[str, Any], Any, Any, Any]:
     """Every training stage timed; returns ``(figures, lang, mono system, last system)``."""
     from asrkit.features.extractors import FeatureConfig
     from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
     from asrkit.gmm.lang import prepare_lang
-    from asrkit.gmm.train import (
-        GraphCompiler,
-        align,
-        build_triphone_tree,
-        train_mono,
-        train_triphone,
-        write_alignment_dir,
-    )
+    from asrkit.gmm.pipeline import train_systems
+    from asrkit.gmm.train import GraphCompiler, align, write_alignment_dir
     from asrkit.targets.phones import read_pronunciations
+    from asrkit.targets.tokenizer import TokenizerConfig
 
     where = str(train_dir / "text")
     stages: dict[str, float] = {}
     began = time.perf_counter()
 
     t = time.perf_counter()
-    lang = prepare_lang(read_pronunciations(lexicon), work / "lang")
+    # The lexicon as stage 4 reads it with the recipe's default tokenizer settings.
+    lang = prepare_lang(
+        read_pronunciations(lexicon, keep_stress=TokenizerConfig().keep_stress), work / "lang"
+    )
     stages["lang"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -159,30 +164,12 @@ def _train(
     texts = read_data_dir(work / "data" / "train").text or {}
     frames = sum(read_utt2num_frames(work / "data" / "train" / "utt2num_frames").values())
 
-    t = time.perf_counter()
-    mono, result = train_mono(lang, feats, texts, cfg, where=where)
-    stages["mono"] = time.perf_counter() - t
-
-    system, tree_s, tri_s = mono, 0.0, 0.0
-    for leaves, gauss in zip(cfg.tri_leaves, cfg.tri_gauss, strict=True):
-        # The tree timed on its own, then handed to the triphone training.
-        t = time.perf_counter()
-        tree = build_triphone_tree(lang, feats, system, result.alignments, num_leaves=leaves)
-        tree_s += time.perf_counter() - t
-        t = time.perf_counter()
-        system, result, _ = train_triphone(
-            lang,
-            feats,
-            texts,
-            system,
-            result.alignments,
-            cfg,
-            num_leaves=leaves,
-            num_gauss=gauss,
-            where=where,
-            tree=tree,
-        )
-        tri_s += time.perf_counter() - t
+    # Stage 4's own function (and its seeds), the tree timed apart from its system.
+    trained = train_systems(lang, feats, texts, cfg, seed=seed, where=where)
+    mono, system = trained.systems["mono"], trained.final
+    stages["mono"] = trained.seconds["mono"]
+    tree_s = sum(v for k, v in trained.seconds.items() if k.startswith("tree"))
+    tri_s = sum(v for k, v in trained.seconds.items() if k.startswith("tri"))
     stages["tree"], stages["triphone"] = tree_s, tri_s
 
     t = time.perf_counter()
@@ -206,7 +193,7 @@ def _train(
             "triphone_pdfs": system.am.num_pdfs,
             "triphone_gaussians": system.am.num_gauss,
             "aligned": len(aligned.alignments),
-            "tree_leaves": tree[0].num_leaves,
+            "tree_leaves": system.am.num_pdfs,
         },
         "training_s": {**{k: round(v, 3) for k, v in stages.items()}, "total": round(total, 3)},
         "per_iteration": {
@@ -254,28 +241,6 @@ def _graphs(lang: Any, systems: dict[str, Any], lm: Path, work: Path, wfst: Wfst
 # ---------------------------------------------------------------- 3. decoding
 
 
-def _decoder(graph: Any, transitions: Any, wfst: WfstConfig, acoustic_scale: float) -> Any:
-    from asrkit.decoding.wfst import WfstDecoder
-
-    return WfstDecoder.from_graph_dir(
-        graph,
-        transitions,
-        beam=wfst.beam,
-        lattice_beam=wfst.lattice_beam,
-        max_active=wfst.max_active,
-        acoustic_scale=acoustic_scale,
-    )
-
-
-def _search(decoder: Any, scores: dict[str, Any], setting: dict[str, float]) -> dict[str, list[str]]:
-    """Stage 5/7's search: each utterance's lattice, its best path at ``setting``."""
-    combo = (setting["lm_weight"], setting["word_penalty"])
-    return {
-        utt: decoder.decode_with_scales(ll, [combo[0]], word_penalties=[combo[1]], utt=utt)[combo]
-        for utt, ll in scores.items()
-    }
-
-
 def _decode_gmm(
     system: Any,
     graph: Any,
@@ -287,98 +252,81 @@ def _decode_gmm(
     setting: dict[str, float],
     threads: int,
 ) -> tuple[dict[str, Any], float]:
-    """GMM scoring + lattice search of ``data_dir``; returns ``(figures, audio seconds)``."""
+    """GMM scoring + lattice search of ``data_dir`` (stage 5's :class:`GmmDecoder` at
+    ``setting``); returns ``(figures, audio seconds)``."""
+    from asrkit.decoding.hclg import GmmDecoder
+    from asrkit.decoding.wfst import WfstDecoder
     from asrkit.features.extractors import FeatureConfig
-    from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
+    from asrkit.gmm.feats import make_gmm_data_dir
 
     t = time.perf_counter()
     mfcc = FeatureConfig(kind="mfcc", num_mel_bins=23, num_ceps=13, nj=threads)
-    make_gmm_data_dir(data_dir, work / "data" / "test", work / "mfcc", mfcc)
+    make_gmm_data_dir(data_dir, work / "data" / data_dir.name, work / "mfcc", mfcc)
     features_s = time.perf_counter() - t
-    gmm_feats = GmmFeatures(work / "data" / "test")
-    feats = dict(gmm_feats)  # read before the clock starts, as the others' features are
-    frames = _frames(data_dir, work / "data" / "test")
+    frames = _frames(data_dir, work / "data" / data_dir.name)
     audio_s = sum(frames.values()) * _frame_shift(data_dir)
-    decoder = _decoder(graph, system.trans_model, wfst, acoustic_scale)
-    t = time.perf_counter()
-    scores = {utt: system.log_likelihoods(x) for utt, x in feats.items()}
-    scoring_s = time.perf_counter() - t
-    t = time.perf_counter()
-    hyps = _search(decoder, scores, setting)
-    search_s = time.perf_counter() - t
+    search = WfstDecoder.from_graph_dir(
+        graph,
+        system.trans_model,
+        beam=wfst.beam,
+        lattice_beam=wfst.lattice_beam,
+        max_active=wfst.max_active,
+        acoustic_scale=acoustic_scale,
+    )
+    decoder = GmmDecoder(
+        system,
+        search,
+        [(setting["lm_weight"], setting["word_penalty"])],
+        name="tri",
+        features_root=work / "data",
+        sample_rate=mfcc.sample_rate,
+        graph=graph.path,
+        transitions=graph.path / "final.mdl",
+    )
+    prepared = decoder.prepare(data_dir)
+    scoring_s = prepared.seconds
+    hyps = decoder.transcripts(prepared)
+    search_s = prepared.seconds - scoring_s
     return {
-        "utterances": len(feats),
+        "utterances": len(hyps),
         "features_rtf": round(features_s / audio_s, 5),
         "scoring_rtf": round(scoring_s / audio_s, 5),
         "search_rtf": round(search_s / audio_s, 5),
         "total_rtf": round((scoring_s + search_s) / audio_s, 5),
         **setting,
-        "partial": decoder.num_partial,
+        "partial": search.num_partial,
         "wer": _wer(data_dir, hyps),
     }, audio_s
 
 
 def _decode_hybrid(exp_dir: Path, data_dir: Path, audio_s: float) -> dict[str, Any]:
-    """The hybrid BLSTM's forward pass + log-prior subtraction, then the lattice search
-    through its GMM system's HCLG (stage 7); ``{"skipped": why}`` without the experiment."""
+    """The hybrid experiment's decoder as its stage 7 tuned it (the BLSTM's forward pass +
+    log-prior subtraction, then the lattice search through its GMM system's HCLG);
+    ``{"skipped": why}`` without the experiment."""
+    from asrkit.decoding.decoder import DecodingRecord, load_decoder
+
     run = "run recipes/an4/run.sh +experiment=an4_hybrid (stages 0-7)"
-    if not (exp_dir / "model.pt").is_file() or not (exp_dir / "config.yaml").is_file():
-        return {"skipped": f"{exp_dir}: no trained hybrid model (model.pt, config.yaml); {run}"}
-    import torch
-
-    from asrkit.config import load_saved
-    from asrkit.decoding.hybrid import HybridScorer
-    from asrkit.decoding.recognizer import Recognizer
-    from asrkit.gmm.graph import load_graph_dir
-    from asrkit.gmm.model_io import read_model
-    from asrkit.learner import alignment_source
-    from asrkit.targets.alignments import read_alignments
-    from asrkit.targets.forced_align import class_counts, log_priors
-
-    cfg = load_saved(exp_dir / "config.yaml")
-    if cfg.pipeline != "hybrid":
-        raise ConfigError(
-            f"{exp_dir}: pipeline={cfg.pipeline}, not a hybrid experiment; pass exp_dir= of one"
-        )
-    last = f"tri{len(cfg.gmm.tri_leaves)}" if cfg.gmm.tri_leaves else "mono"
-    graph_dir = Path(cfg.wfst.graph) if cfg.wfst.graph else exp_dir / "gmm" / last / "graph"
-    if not (graph_dir / "HCLG.fst").is_file():
-        return {"skipped": f"{graph_dir}: no HCLG; run stage 5 (gmm_decode) of the hybrid recipe"}
-    recognizer = Recognizer(exp_dir, max_frames=12000)
-    if recognizer.meta.get("objective") != "ce":
-        raise ConfigError(f"{exp_dir}/model.pt: not a frame (CE) model; retrain it in stage 6")
-    model = recognizer.model
-    source = alignment_source(cfg, exp_dir, "train")
-    transitions = read_model(Path(source) / "final.mdl", with_gmm=False)
-    if model.num_classes != transitions.num_pdfs:
-        raise ConfigError(
-            f"{exp_dir}/model.pt: {model.num_classes} output classes, but {source}/final.mdl has "
-            f"{transitions.num_pdfs} pdfs; retrain the model (stage 6) on these alignments"
-        )
-    priors = log_priors(class_counts(read_alignments(source), model.num_classes))
-    decoder = _decoder(load_graph_dir(graph_dir), transitions, cfg.wfst, cfg.gmm.acoustic_scale)
-    setting = _setting(sorted(exp_dir.glob("decode_hybrid_*/setting")), cfg.gmm.acoustic_scale)
-    scorer = HybridScorer(
-        priors, subsample=int(getattr(model, "subsample", 1)), prior_floor=cfg.wfst.prior_floor
-    )
-    utts = recognizer.open_set(data_dir)
-    lengths = dict(zip(utts.ids, utts.lengths.tolist(), strict=True))
-    t = time.perf_counter()
-    with torch.inference_mode():
-        scores = {utt: scorer(out, lengths[utt]) for utt, out in recognizer.outputs(utts, "frame")}
-    forward_s = time.perf_counter() - t
-    t = time.perf_counter()
-    hyps = _search(decoder, scores, setting)
-    search_s = time.perf_counter() - t
+    if not (exp_dir / "model.pt").is_file():
+        return {"skipped": f"{exp_dir}: no trained hybrid model (model.pt); {run}"}
+    record = DecodingRecord.load(exp_dir, "hybrid")
+    if record is None:
+        return {"skipped": f"{exp_dir}: no tuned hybrid decoder (stage 7 has not run); {run}"}
+    decoder = load_decoder(exp_dir, "hybrid")
+    prepared = decoder.prepare(data_dir)
+    forward_s = prepared.seconds
+    hyps = decoder.transcripts(prepared)
+    search_s = prepared.seconds - forward_s
     return {
         "exp_dir": str(exp_dir),
-        "graph": str(graph_dir),
-        "utterances": len(utts),
+        "graph": record.settings["graph"],
+        "utterances": len(hyps),
         "forward_rtf": round(forward_s / audio_s, 5),
         "search_rtf": round(search_s / audio_s, 5),
         "total_rtf": round((forward_s + search_s) / audio_s, 5),
-        **setting,
-        "partial": decoder.num_partial,
+        "lm_weight": record.point[0],
+        "word_penalty": record.point[1],
+        "acoustic_scale": record.settings["acoustic_scale"],
+        "partial": decoder.search.num_partial,  # type: ignore[attr-defined]
         "wer": _wer(data_dir, hyps),
     }
 

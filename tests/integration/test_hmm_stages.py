@@ -347,8 +347,8 @@ def test_a_dev_word_missing_from_the_lexicon_aligns_as_the_unknown_word(
 
 
 def test_transcribe_a_hybrid_experiment_agrees_with_its_decoding_stage(hybrid: Hybrid) -> None:
-    settings = json.loads((hybrid.exp / "hybrid_decoding.json").read_text())
-    assert settings["tuned_on"] == "train_dev" and settings["lm_weight"] in (9.0, 11.0)
+    record = json.loads((hybrid.exp / "decoders" / "hybrid.json").read_text())
+    assert record["tuned_on"] == "train_dev" and record["weights"][0] in (9.0, 11.0)
     wav_scp = dict(
         line.split(maxsplit=1) for line in (hybrid.data / "test" / "wav.scp").read_text().splitlines()
     )

@@ -17,17 +17,21 @@ import torch
 from omegaconf import OmegaConf
 
 from asrkit.bench import BENCHMARKS, QUICK
-from asrkit.bench.hybrid import bench_hybrid
+from asrkit.bench.hmm import bench_hybrid
 from asrkit.bench.plots import plot
 from asrkit.config import compose
 from asrkit.data import DataDir, write_data_dir
 from asrkit.decoding.beam import write_lexicon
+from asrkit.decoding.decoder import DecodingRecord
+from asrkit.decoding.hclg import PRIOR_COUNTS
 from asrkit.errors import ConfigError
 from asrkit.features.extractors import FeatureConfig
 from asrkit.gmm.config import GmmConfig
 from asrkit.lm import estimate_kneser_ney, write_arpa
 from asrkit.models.checkpoint import build_from_meta, save_checkpoint
 from asrkit.targets import TokenizerConfig, train_tokenizer
+from asrkit.targets.alignments import read_alignments
+from asrkit.targets.forced_align import class_counts, write_counts
 from tests.helpers import SHARED_AN4
 
 DICTIONARY = SHARED_AN4 / "etc" / "an4.dic"
@@ -115,8 +119,25 @@ def runs(tmp_path_factory) -> dict:
     cfg = compose(["+experiment=an4_hybrid", f"exp_dir={hybrid}"])
     (hybrid / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     _network_exp(hybrid, texts, num_classes=bare["training_data"]["triphone_pdfs"])
-    (hybrid / "decode_hybrid_train_dev").mkdir()
-    (hybrid / "decode_hybrid_train_dev" / "setting").write_text("lm_weight=9 word_penalty=0.5\n")
+    # The decoder its stage 7 would have tuned (priors of the alignments, the tri graph).
+    counts = class_counts(
+        read_alignments(str(hybrid / "gmm" / "ali_train")), bare["training_data"]["triphone_pdfs"]
+    )
+    write_counts(hybrid / PRIOR_COUNTS, counts)
+    search = dict(acoustic_scale=0.1, beam=13.0, lattice_beam=8.0, max_active=7000)
+    DecodingRecord(
+        kind="hybrid",
+        weights=[9.0, 0.5],
+        tuned_on="train_dev",
+        settings=dict(
+            graph=str(hybrid / "gmm" / "tri1" / "graph"),
+            transitions=str(hybrid / "gmm" / "ali_train" / "final.mdl"),
+            counts=PRIOR_COUNTS,
+            prior_floor=1e-10,
+            prior_scale=1.0,
+            **search,
+        ),
+    ).save(hybrid)
 
     ctc = root / "exp_ctc"
     tokenizer = _network_exp(ctc, texts, num_classes=0)

@@ -1,4 +1,4 @@
-"""A learner process: ``python -m asrkit.stages.learner EXP_DIR/config.yaml``.
+"""A learner process: ``python -m asrkit.stages.learner_process EXP_DIR/config.yaml``.
 
 torchrun starts one of these per learner. The config is the resolved one the
 stage runner saved, so every learner trains with exactly the settings of the
@@ -27,7 +27,7 @@ from asrkit.training.stop import ignore_signals_at_exit
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m asrkit.stages.learner EXP_DIR/config.yaml", file=sys.stderr)
+        print("usage: python -m asrkit.stages.learner_process EXP_DIR/config.yaml", file=sys.stderr)
         return 2
     config = Path(argv[0])
     _die_with_agent()

@@ -1,0 +1,278 @@
+"""Decoding through an HCLG graph: a GMM system's log-likelihoods (``gmm``), or a hybrid
+(NN-HMM) network's log posteriors minus the tied states' log priors (``hybrid``: Kaldi's
+"scaled likelihoods"; the priors are counted from the training alignments). Each
+utterance's lattice is rescored at every (LM weight, word penalty) point asked for
+(:meth:`~asrkit.decoding.wfst.WfstDecoder.sweep`), so tuning decodes each set once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from asrkit.decoding.decoder import Decoder, DecodingRecord, Point, Prepared, register_kind
+from asrkit.errors import ConfigError, DataError
+from asrkit.loader.batch import Utterance
+from asrkit.loader.sources import InMemorySource, UtteranceSource
+
+if TYPE_CHECKING:
+    from asrkit.decoding.recognizer import Recognizer
+    from asrkit.decoding.wfst import WfstDecoder
+    from asrkit.gmm.train import GmmSystem
+
+__all__ = ["PRIOR_COUNTS", "GmmDecoder", "HclgDecoder", "HybridDecoder", "HybridScorer", "read_counts"]
+
+#: The pdf counts of the training alignments, written in a hybrid experiment dir.
+PRIOR_COUNTS = "ali_train_pdf.counts"
+#: The search settings a record keeps (:class:`~asrkit.decoding.wfst.WfstDecoder`'s).
+SEARCH = ("acoustic_scale", "beam", "lattice_beam", "max_active")
+
+
+def read_counts(path: str | Path) -> np.ndarray:
+    """A Kaldi counts vector file (``[ c0 c1 ... ]``) as float64."""
+    text = Path(path).read_text().replace("[", " ").replace("]", " ")
+    return np.array([float(x) for x in text.split()], dtype=np.float64)
+
+
+class HybridScorer:
+    """Frame logits ``(T', C)`` -> decoder log-likelihoods ``(T, C)``: log-softmax, minus
+    the log priors, repeated back to the alignments' frame rate when the model
+    subsamples by ``subsample``."""
+
+    def __init__(
+        self,
+        log_priors: np.ndarray,
+        *,
+        subsample: int = 1,
+        prior_floor: float = 1e-10,
+        prior_scale: float = 1.0,
+    ) -> None:
+        self.log_priors = log_priors
+        self.subsample = subsample
+        self.prior_floor, self.prior_scale = prior_floor, prior_scale
+
+    def __call__(self, logits: torch.Tensor, num_frames: int) -> np.ndarray:
+        from asrkit.decoding.wfst import pdf_log_likelihoods
+
+        post = logits.float().log_softmax(dim=-1).numpy()
+        if self.subsample > 1:
+            post = np.repeat(post, self.subsample, axis=0)[:num_frames]
+        return pdf_log_likelihoods(
+            post, self.log_priors, prior_floor=self.prior_floor, prior_scale=self.prior_scale
+        )
+
+
+class HclgDecoder(Decoder):
+    """Acoustic log-likelihoods ``(T, pdfs)`` through an HCLG graph.
+
+    Args:
+        search: the graph's decoder (beams, acoustic scale).
+        grid: (LM weight, word penalty) points.
+        graph: the graph dir, for the record.
+        transitions: the ``final.mdl`` the graph's transition ids belong to, for the record.
+        nj: jobs each set's lattices are searched in.
+    """
+
+    weight_names = ("lm_weight", "word_penalty")
+
+    def __init__(
+        self,
+        search: WfstDecoder,
+        grid: Sequence[Point],
+        *,
+        graph: str | Path,
+        transitions: str | Path,
+        nj: int = 1,
+    ) -> None:
+        super().__init__(grid)
+        self.search, self.nj = search, nj
+        self.graph, self.transitions = Path(graph), Path(transitions)
+
+    def hypotheses(self, prepared: Prepared, points: Sequence[Point]) -> dict[Point, dict[str, str]]:
+        began = time.monotonic()
+        lm_weights = sorted({w for w, _ in points})
+        penalties = sorted({p for _, p in points})
+        swept = self.search.sweep(prepared.scores, lm_weights, word_penalties=penalties, nj=self.nj)
+        out: dict[Point, dict[str, str]] = {point: {} for point in points}
+        for utt, words in swept.items():
+            for point in points:
+                out[point][utt] = " ".join(words[point])
+        prepared.seconds += time.monotonic() - began
+        return out
+
+    def _settings(self) -> dict[str, Any]:
+        settings: dict[str, Any] = {
+            "graph": str(self.graph.resolve()),
+            "transitions": str(self.transitions.resolve()),
+        }
+        settings.update({name: getattr(self.search, name) for name in SEARCH})
+        return settings
+
+
+class GmmDecoder(HclgDecoder):
+    """A GMM system's log-likelihoods of MFCC + CMVN + deltas features (a GMM data dir per
+    set, as the hybrid recipe's stage 4 makes them in ``gmm/data/<set>``)."""
+
+    kind = "gmm"
+
+    def __init__(
+        self,
+        system: GmmSystem,
+        search: WfstDecoder,
+        grid: Sequence[Point],
+        *,
+        name: str,
+        features_root: str | Path,
+        sample_rate: int,
+        graph: str | Path,
+        transitions: str | Path,
+        nj: int = 1,
+    ) -> None:
+        super().__init__(search, grid, graph=graph, transitions=transitions, nj=nj)
+        self.system, self.name = system, name
+        self.features_root, self._rate = Path(features_root), sample_rate
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    @property
+    def sample_rate(self) -> int:
+        return self._rate
+
+    def prepare(self, data_dir: str | Path) -> Prepared:
+        from asrkit.gmm.feats import GmmFeatures
+
+        name = Path(data_dir).name
+        gmm_data = self.features_root / name
+        if not (gmm_data / "feats.scp").is_file():
+            raise DataError(
+                f"{gmm_data}: no GMM features for decode set {name}; the GMM systems decode the "
+                "recipe's own sets (data.dev_set, data.test_sets)"
+            )
+        feats = GmmFeatures(gmm_data)
+        began = time.monotonic()
+        scores = {utt: self.system.log_likelihoods(feats(utt)) for utt in feats.utt_ids}
+        frames = sum(s.shape[0] for s in scores.values())
+        return Prepared(scores, frames=frames, seconds=time.monotonic() - began)
+
+    def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
+        raise ConfigError(
+            f"{where}: a GMM system decodes the recipe's data dirs (stage 5); transcribe audio "
+            "with a hybrid or CTC experiment"
+        )
+
+    def record(self, point: Point, *, tuned_on: str) -> DecodingRecord:
+        return DecodingRecord(kind="gmm", weights=list(point), tuned_on=tuned_on, settings=self._settings())
+
+
+class HybridDecoder(HclgDecoder):
+    """A frame (CE) network's scaled likelihoods (:class:`HybridScorer`) through HCLG.
+
+    Args:
+        recognizer: the experiment's network, features and CMVN.
+        scorer: log posteriors -> log-likelihoods (the priors).
+        counts: the pdf counts the priors come from, for the record.
+        The rest: as :class:`HclgDecoder`.
+    """
+
+    kind = "hybrid"
+
+    def __init__(
+        self,
+        recognizer: Recognizer,
+        scorer: HybridScorer,
+        search: WfstDecoder,
+        grid: Sequence[Point],
+        *,
+        counts: str | Path,
+        graph: str | Path,
+        transitions: str | Path,
+        nj: int = 1,
+    ) -> None:
+        super().__init__(search, grid, graph=graph, transitions=transitions, nj=nj)
+        self.recognizer, self.scorer, self.counts = recognizer, scorer, Path(counts)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.recognizer.features.sample_rate
+
+    def prepare(self, data_dir: str | Path) -> Prepared:
+        return self._prepared(self.recognizer.open_set(data_dir))
+
+    def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
+        feats = self.recognizer.audio_features(samples, rate, utt=where, where=where)
+        return self._prepared(InMemorySource([Utterance(utt, feats, np.zeros(0, dtype=np.int64))]))
+
+    def _prepared(self, utts: UtteranceSource) -> Prepared:
+        lengths = dict(zip(utts.ids, np.asarray(utts.lengths).tolist(), strict=True))
+        began = time.monotonic()
+        with torch.inference_mode():
+            scores = {
+                utt: self.scorer(out, lengths[utt]) for utt, out in self.recognizer.outputs(utts, "frame")
+            }
+        return Prepared(scores, frames=sum(lengths.values()), seconds=time.monotonic() - began)
+
+    def record(self, point: Point, *, tuned_on: str) -> DecodingRecord:
+        settings = self._settings()
+        settings.update(
+            counts=str(self.counts),
+            prior_floor=self.scorer.prior_floor,
+            prior_scale=self.scorer.prior_scale,
+        )
+        return DecodingRecord(
+            kind="hybrid",
+            weights=list(point),
+            tuned_on=tuned_on,
+            model=self.recognizer.model_file,
+            settings=settings,
+        )
+
+
+@register_kind("hybrid")
+def _hybrid_from_record(exp_dir: Path, record: DecodingRecord, *, model: str, device: str) -> HybridDecoder:
+    from asrkit.decoding.recognizer import Recognizer
+    from asrkit.decoding.wfst import WfstDecoder
+    from asrkit.gmm.graph import load_graph_dir
+    from asrkit.gmm.model_io import read_model
+    from asrkit.targets.forced_align import log_priors
+
+    def here(path: str) -> Path:
+        return Path(path) if Path(path).is_absolute() else exp_dir / path
+
+    s = record.settings
+    recognizer = Recognizer(exp_dir, model=model, device=device)
+    transitions = here(s["transitions"])
+    search = WfstDecoder.from_graph_dir(
+        load_graph_dir(here(s["graph"])),
+        read_model(transitions, with_gmm=False),
+        **{name: s[name] for name in SEARCH},
+    )
+    scorer = HybridScorer(
+        log_priors(read_counts(here(s.get("counts", PRIOR_COUNTS)))),
+        subsample=int(getattr(recognizer.model, "subsample", 1)),
+        prior_floor=s["prior_floor"],
+        prior_scale=s["prior_scale"],
+    )
+    return HybridDecoder(
+        recognizer,
+        scorer,
+        search,
+        [record.point],
+        counts=here(s.get("counts", PRIOR_COUNTS)),
+        graph=here(s["graph"]),
+        transitions=transitions,
+    )
+
+
+@register_kind("gmm")
+def _gmm_from_record(exp_dir: Path, record: DecodingRecord, *, model: str, device: str) -> Decoder:
+    raise ConfigError(
+        f"{exp_dir}: GMM systems decode the recipe's data dirs (stage 5), not audio files; "
+        "transcribe with a hybrid or CTC experiment"
+    )
