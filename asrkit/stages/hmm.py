@@ -294,6 +294,7 @@ def hybrid_decode(ctx: StageContext) -> None:
             "these alignments"
         )
     graph_dir = Path(ctx.cfg.wfst.graph) if ctx.cfg.wfst.graph else last / "graph"
+    search = _search(ctx, load_graph_dir(graph_dir), transitions)  # a bad graph fails before any write
     counts = class_counts(read_alignments(source), model.num_classes)
     write_counts(ctx.exp_dir / PRIOR_COUNTS, counts)
     scorer = HybridScorer(
@@ -305,7 +306,7 @@ def hybrid_decode(ctx: StageContext) -> None:
     decoder = HybridDecoder(
         recognizer,
         scorer,
-        _search(ctx, load_graph_dir(graph_dir), transitions),
+        search,
         _grid(ctx),
         counts=PRIOR_COUNTS,
         graph=graph_dir,
