@@ -14,7 +14,9 @@ Public API:
       an rxfilename (``file.ark:123[0:9]``, ``cmd |``) or a table (``scp:feats.scp``,
       ``ark:gunzip -c x.gz |``): float, double, text and compressed (``CM``/``CM2``/``CM3``,
       what ``make_fbank.sh`` writes by default); :func:`read_vector`, :func:`read_vectors`
-      for float vectors. Writing goes through :func:`asrkit.data.kaldi_ark.write_ark`.
+      for float vectors. Writing goes through :func:`asrkit.data.kaldi_ark.write_ark`; Kaldi's
+      binary basic types (tokens, int32s, float vectors and matrices inside objects) are
+      written and read by :mod:`asrkit.data.kaldi_binary`.
 
 The ground floor: this package imports no other asrkit package but :mod:`asrkit.errors`.
 What turns data dirs into model batches (CMVN, tokens, planning, read-ahead) is one floor

@@ -33,7 +33,9 @@ Everything is parsed here rather than by kaldi-io 0.9.8, which rejects ``CM2``/`
 ``np.reshape`` a ``newshape`` keyword numpy 2.4 no longer accepts (so ``CM`` fails too), checks a
 pipe's exit status in a thread that cannot report it (a failing ``gunzip -c x.gz |`` reads as
 an empty archive) and stops at assertions. Every problem here is a :class:`DataError` naming
-the file (and the key) and the fix. Writing stays with kaldi-io (:mod:`asrkit.data.kaldi_ark`).
+the file (and the key) and the fix. Kaldi's basic types (tokens, int32s, ``FV``/``FM``
+objects) are read through :class:`asrkit.data.kaldi_binary.BinaryReader`, which
+:class:`TableReader` extends; archives are written by :func:`asrkit.data.kaldi_ark.write_ark`.
 
 The building blocks — :func:`parse_rspecifier`, :func:`read_table` and :class:`TableReader` —
 are shared with the other table readers (alignments in :mod:`asrkit.targets.alignments`).
@@ -51,7 +53,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import zlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,15 @@ from typing import IO, TypeVar
 
 import numpy as np
 
+from asrkit.data.kaldi_binary import (
+    BINARY_MARKER,
+    FLOAT_MATRIX_TOKENS,
+    FLOAT_TYPES,
+    FLOAT_VECTOR_TOKENS,
+    BinaryReader,
+    pack_int32,
+    pack_token,
+)
 from asrkit.errors import DataError
 
 _T = TypeVar("_T")
@@ -72,14 +82,12 @@ _OFFSET = re.compile(r"^(.+):([0-9]+)$", re.DOTALL)
 _RANGE = re.compile(r"^(.+)\[(\d*):(\d*)(?:,(\d*):(\d*))?\]$", re.DOTALL)
 _GZIP_MAGIC = b"\x1f\x8b"
 _LONGEST_KEY = 4096
-_CHUNK = 1 << 24
 
 _REWRITE = "re-create it (re-run the job that wrote it) or check that this is the right file"
 _FEATURES = "pass the feature archive (feats.scp / ark)"
 
-#: A row-major float matrix's element type and the array dtype it is returned as.
-_FLOAT_MATRIX = {"FM": ("<f4", np.float32), "DM": ("<f8", np.float64)}
-_FLOAT_VECTOR = {"FV": ("<f4", np.float32), "DV": ("<f8", np.float64)}
+#: What opens a binary float32 matrix: the marker and the ``FM`` token (rows and columns follow).
+_FLOAT_MATRIX_HEAD = BINARY_MARKER + pack_token("FM")
 #: Payload bytes per column of a compressed matrix of ``rows`` rows.
 _COMPRESSED_COLUMN = {"CM": lambda rows: 8 + rows, "CM2": lambda rows: 2 * rows, "CM3": lambda rows: rows}
 
@@ -156,10 +164,8 @@ def read_float_matrix_at(
     shape, when given); None when the entry is anything else (another kind, another shape,
     cut short), for :func:`read_matrix_at` to read or report."""
     handle.seek(offset)
-    head = handle.read(15)  # \0B "FM " \4 rows \4 cols
-    if len(head) != 15 or head[:5] != b"\0BFM " or head[5] != 4 or head[10] != 4:
-        return None
-    if struct.unpack_from("<i", head, 6)[0] != rows or struct.unpack_from("<i", head, 11)[0] != cols:
+    expected = _FLOAT_MATRIX_HEAD + pack_int32(rows) + pack_int32(cols)
+    if handle.read(len(expected)) != expected:
         return None
     if out is None:
         out = np.empty((rows, cols), dtype="<f4")
@@ -497,43 +503,17 @@ class _MatrixHeader:
     span: float = 0.0
 
 
-class TableReader:
+class TableReader(BinaryReader):
     """Reads Kaldi table entries and objects from one binary stream; errors name ``where``.
 
     ``utt`` arguments name the entry in messages; None for a lone object (an rxfilename).
+    :attr:`last` is the last utterance read completely. The basic types (:meth:`exact`,
+    :meth:`int32s`, ...) and the error messages (:meth:`fail`, :meth:`low_level_errors`) are
+    :class:`~asrkit.data.kaldi_binary.BinaryReader`'s.
     """
 
     def __init__(self, stream: IO[bytes], where: str) -> None:
-        self.stream = stream
-        self.where = where
-        self.last: str | None = None  # the last utterance read completely
-
-    def fail(self, problem: str, *, utt: str | None = None, fix: str = _REWRITE) -> DataError:
-        at = f"utterance '{utt}': " if utt else ""
-        good = f" (last good utterance: '{self.last}')" if self.last else ""
-        return DataError(f"{self.where}: {at}{problem}{good}; {fix}")
-
-    @contextlib.contextmanager
-    def low_level_errors(self) -> Iterator[None]:
-        """Turn I/O and decompression failures into a :class:`DataError` naming the place."""
-        try:
-            yield
-        except (OSError, EOFError, zlib.error, struct.error) as err:
-            raise self.fail(f"cannot read ({err})") from err
-
-    def exact(self, size: int, *, utt: str | None, what: str) -> bytes:
-        """``size`` bytes, read in chunks so that a corrupt size cannot allocate them all up front."""
-        parts, left = [], size
-        while left:
-            chunk = self.stream.read(min(left, _CHUNK))
-            if not chunk:
-                break
-            parts.append(chunk)
-            left -= len(chunk)
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        if len(data) != size:
-            raise self.fail(f"truncated: {what} needs {size} bytes, {len(data)} left", utt=utt)
-        return data
+        super().__init__(stream, where, fix=_REWRITE)
 
     def skip(self, size: int, *, utt: str | None) -> None:
         stream = self.stream
@@ -590,8 +570,9 @@ class TableReader:
             raise self.fail("bad binary marker (expected '\\0B')", utt=utt)
         return first
 
-    def token(self, *, utt: str | None) -> str:
-        """A binary object's type token (``FM``, ``CM2``, ...), read up to its space."""
+    def type_token(self, *, utt: str | None) -> str:
+        """A binary object's type token (``FM``, ``CM2``, ...), read up to its space; at most
+        nine bytes are read, so that a foreign object (an int32 vector) is named, not parsed."""
         token = bytearray()
         while (char := self.exact(1, utt=utt, what="a type token")) != b" ":
             token += char
@@ -605,10 +586,9 @@ class TableReader:
         if first != b"\0":
             return self._text_matrix(utt, first)
         head = self._binary_matrix_header(utt)
+        if head.token in FLOAT_MATRIX_TOKENS:
+            return self.float_values(head.token, (head.rows, head.cols), utt=utt)
         data = self.exact(head.size, utt=utt, what=f"the {head.rows}x{head.cols} {head.token} matrix")
-        if head.token in _FLOAT_MATRIX:
-            stored, dtype = _FLOAT_MATRIX[head.token]
-            return np.frombuffer(data, dtype=stored).reshape(head.rows, head.cols).astype(dtype)
         return _decompress(head, data)
 
     def matrix_rows(self, utt: str | None, first: bytes) -> int:
@@ -628,38 +608,25 @@ class TableReader:
             if mat.shape[0] > 1:
                 raise self.fail(f"holds a {mat.shape[0]}-row text matrix, not a vector", utt=utt)
             return mat.reshape(-1)
-        token = self.token(utt=utt)
-        if token not in _FLOAT_VECTOR:
+        token = self.type_token(utt=utt)
+        if token not in FLOAT_VECTOR_TOKENS:
             shown = f"a {token!r}" if token.isprintable() else "an unknown"
             raise self.fail(
                 f"holds {shown} binary object, not a float vector",
                 utt=utt,
                 fix="pass a table of vectors (FV/DV)",
             )
-        head = self.exact(5, utt=utt, what="the vector size")
-        if head[0] != 4:
-            raise self.fail("bad vector size header", utt=utt)
-        (dim,) = struct.unpack("<xi", head)
-        if dim < 0:
-            raise self.fail(f"negative vector size {dim}", utt=utt)
-        stored, dtype = _FLOAT_VECTOR[token]
-        data = self.exact(dim * np.dtype(stored).itemsize, utt=utt, what=f"the {dim}-dim {token} vector")
-        return np.frombuffer(data, dtype=stored).astype(dtype)
+        return self.float_values(token, self.float_shape(token, utt=utt), utt=utt)
 
     def _binary_matrix_header(self, utt: str | None) -> _MatrixHeader:
-        token = self.token(utt=utt)
+        token = self.type_token(utt=utt)
         if token.startswith("\4"):
             raise self.fail(
                 "holds an int32 vector (an alignment?), not a feature matrix", utt=utt, fix=_FEATURES
             )
-        if token in _FLOAT_MATRIX:
-            head = self.exact(10, utt=utt, what="the matrix size")
-            if head[0] != 4 or head[5] != 4:
-                raise self.fail("bad matrix size header", utt=utt)
-            rows, cols = struct.unpack("<xixi", head)
-            if rows < 0 or cols < 0:
-                raise self.fail(f"negative matrix size {rows}x{cols}", utt=utt)
-            return _MatrixHeader(token, rows, cols, rows * cols * np.dtype(_FLOAT_MATRIX[token][0]).itemsize)
+        if token in FLOAT_MATRIX_TOKENS:
+            rows, cols = self.float_shape(token, utt=utt)
+            return _MatrixHeader(token, rows, cols, rows * cols * FLOAT_TYPES[token].itemsize)
         if token in _COMPRESSED_COLUMN:
             # GlobalHeader {float min_value, float range, int32 num_rows, int32 num_cols}
             # (Kaldi leaves its int32 format field out of the file; the token says it).
@@ -669,7 +636,7 @@ class TableReader:
             if cols == 0:  # Kaldi reads no data for an empty compressed matrix
                 return _MatrixHeader(token, 0, 0, 0)
             return _MatrixHeader(token, rows, cols, cols * _COMPRESSED_COLUMN[token](rows), low, span)
-        if token in _FLOAT_VECTOR:
+        if token in FLOAT_VECTOR_TOKENS:
             raise self.fail(f"holds a {token} vector, not a feature matrix", utt=utt, fix=_FEATURES)
         shown = f"a {token!r}" if token.isprintable() else "an unknown"
         raise self.fail(f"holds {shown} binary object, not a feature matrix", utt=utt, fix=_FEATURES)

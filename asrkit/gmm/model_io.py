@@ -32,6 +32,8 @@ basic types (Kaldi's ``io-funcs``)
     ``<WEIGHTS>`` FV, ``<MEANS_INVVARS>`` FM, ``<INV_VARS>`` FM, ``</DiagGMM>``. Kaldi recomputes
     the gconsts when it reads a GMM, and so does :func:`read_model`.
 
+The basic types are written and read by :mod:`asrkit.data.kaldi_binary`.
+
 The file starts with ``\\0B``. Text-mode models (``gmm-copy --binary=false``) are read too.
 
 Transition-ids are Kaldi's numbering: each transition-state (one tuple) owns one id per
@@ -42,7 +44,8 @@ Public API:
     - :func:`write_model`, :func:`read_model`, :class:`KaldiModel` — ``final.mdl`` as a file.
     - :func:`write_transition_model`, :func:`write_topology`, :func:`write_am_diag_gmm` and the
       basic writers :func:`write_token`, :func:`write_int32`, :func:`write_float32`,
-      :func:`write_int32_vector`, :func:`write_float_vector`, :func:`write_float_matrix`.
+      :func:`write_int32_vector`, :func:`write_float_vector`, :func:`write_float_matrix` (those of
+      :mod:`asrkit.data.kaldi_binary`, re-exported).
     - :func:`transition_id_to_pdf`, :func:`transition_id_to_phone` — lookup tables indexed by
       transition-id.
 """
@@ -50,10 +53,8 @@ Public API:
 from __future__ import annotations
 
 import contextlib
-import io
 import re
-import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
@@ -63,19 +64,23 @@ import kaldi_hmm_gmm as khg
 import numpy as np
 
 from asrkit.data.io import atomic_writer
-from asrkit.data.kaldi_ark import kaldi_io
-from asrkit.data.kaldi_table import TableReader
+from asrkit.data.kaldi_binary import (
+    BINARY_MARKER,
+    BinaryReader,
+    pack_int32s,
+    write_float32,
+    write_float_matrix,
+    write_float_vector,
+    write_int32,
+    write_int32_vector,
+    write_token,
+)
 from asrkit.errors import DataError
 
 _FIX = (
     "the file is damaged or not a Kaldi model; copy it again from the experiment dir that "
     "trained it (or re-run that training step)"
 )
-#: Kaldi's WriteBasicType<int32> record: the size byte 4, then the value.
-_INT32 = np.dtype([("size", "u1"), ("value", "<i4")])
-#: Binary float objects: the stored element type, per number of dimensions and token.
-_FLOAT_OBJECTS = {1: {"FV": "<f4", "DV": "<f8"}, 2: {"FM": "<f4", "DM": "<f8"}}
-_LONGEST_TOKEN = 64
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -193,7 +198,7 @@ def write_model(
             f"{trans_model.num_pdfs}; pass the GMM trained with this tree"
         )
     with atomic_writer(path, "wb") as out:
-        out.write(b"\0B")
+        out.write(BINARY_MARKER)
         write_transition_model(out, trans_model)
         if am_gmm is not None:
             write_am_diag_gmm(out, am_gmm)
@@ -208,7 +213,7 @@ def write_transition_model(out: IO[bytes], trans_model: khg.TransitionModel) -> 
     write_topology(out, topology)
     write_token(out, f"<{name}>")
     write_int32(out, len(tuples))
-    out.write(_int32_records((tuples[:, :3] if hmm else tuples).reshape(-1)))
+    out.write(pack_int32s((tuples[:, :3] if hmm else tuples).reshape(-1)))
     write_token(out, f"</{name}>")
     write_token(out, "<LogProbs>")
     write_float_vector(out, trans_model.log_probs)
@@ -263,58 +268,6 @@ def write_am_diag_gmm(out: IO[bytes], am_gmm: khg.AmDiagGmm) -> None:
         write_token(out, "</DiagGMM>")
 
 
-def write_token(out: IO[bytes], token: str) -> None:
-    """A token such as ``<Topology>``: its text and one space."""
-    if not token or any(char.isspace() for char in token):
-        raise ValueError(f"a Kaldi token must be non-empty and hold no whitespace, got {token!r}")
-    out.write(token.encode() + b" ")
-
-
-def write_int32(out: IO[bytes], value: int) -> None:
-    """Kaldi's ``WriteBasicType<int32>``: the size byte 4, then four little-endian bytes."""
-    out.write(_int32_records([value]))
-
-
-def write_float32(out: IO[bytes], value: float) -> None:
-    """Kaldi's ``WriteBasicType<float>``: the size byte 4, then a little-endian float32."""
-    out.write(b"\x04" + struct.pack("<f", value))
-
-
-def write_int32_vector(out: IO[bytes], values: Sequence[int] | np.ndarray) -> None:
-    """Kaldi's ``WriteIntegerVector<int32>``: the size byte 4, the int32 count, the raw int32s."""
-    data = np.asarray(values, dtype="<i4")
-    out.write(b"\x04" + struct.pack("<i", data.size) + data.tobytes())
-
-
-def write_float_vector(out: IO[bytes], values: Sequence[float] | np.ndarray) -> None:
-    """Kaldi's binary ``Vector<float>::Write``: ``FV``, the size, the float32s."""
-    out.write(_object_bytes(kaldi_io.write_vec_flt, np.asarray(values, dtype=np.float32).reshape(-1)))
-
-
-def write_float_matrix(out: IO[bytes], values: np.ndarray) -> None:
-    """Kaldi's binary ``Matrix<float>::Write``: ``FM``, rows, columns, the float32s row by row."""
-    out.write(_object_bytes(kaldi_io.write_mat, np.asarray(values, dtype=np.float32)))
-
-
-class _Buffer(io.BytesIO):
-    mode = "wb"  # kaldi-io's writers check the mode of the stream they are given
-
-
-def _object_bytes(write: Callable[[IO[bytes], np.ndarray], None], value: np.ndarray) -> bytes:
-    """What kaldi-io's object writer writes, less the ``\\0B`` it puts first: inside a model
-    the objects follow each other with no binary marker."""
-    buffer = _Buffer()
-    write(buffer, value)
-    return buffer.getvalue()[2:]
-
-
-def _int32_records(values: Sequence[int] | np.ndarray) -> bytes:
-    records = np.empty(len(values), dtype=_INT32)
-    records["size"] = 4
-    records["value"] = values
-    return records.tobytes()
-
-
 # --- reading -------------------------------------------------------------------------------------
 
 
@@ -343,8 +296,8 @@ def read_model(path: str | Path, *, with_gmm: bool = True) -> KaldiModel:
     with open(path, "rb") as stream:
         head = stream.read(2)
         reader: _Reader
-        if head == b"\0B":
-            reader = _BinaryReader(stream, str(path))
+        if head == BINARY_MARKER:
+            reader = _BinaryReader(stream, str(path), fix=_FIX)
         else:
             reader = _TextReader((head + stream.read()).decode("utf-8", errors="replace"), str(path))
         with reader.low_level_errors():
@@ -358,9 +311,13 @@ class _Reader(Protocol):
 
     def low_level_errors(self) -> contextlib.AbstractContextManager[None]: ...
 
-    def word(self) -> str: ...
+    def token(self) -> str: ...
 
-    def peek_word(self) -> str | None: ...
+    def peek_token(self) -> str | None: ...
+
+    def expect(self, token: str) -> None: ...
+
+    def int32(self) -> int: ...
 
     def int32s(self, count: int) -> np.ndarray: ...
 
@@ -370,22 +327,22 @@ class _Reader(Protocol):
 
 
 def _read_model(reader: _Reader, where: str, *, with_gmm: bool) -> KaldiModel:
-    _expect(reader, "<TransitionModel>")
+    reader.expect("<TransitionModel>")
     topology = _parse_topology(reader.topology(), where=where)
-    kind = reader.word()
+    kind = reader.token()
     if kind not in ("<Triples>", "<Tuples>"):
         raise reader.fail(f"expected <Triples> or <Tuples> after the topology, found {kind[:40]!r}", fix=_FIX)
-    count = _int32(reader)
+    count = reader.int32()
     if count <= 0:
         raise reader.fail(f"{count} transition-states; a transition model has at least one", fix=_FIX)
     width = 3 if kind == "<Triples>" else 4
     values = reader.int32s(count * width).reshape(count, width)
     tuples = values if width == 4 else np.column_stack([values, values[:, 2]])
-    _expect(reader, "</" + kind[1:])
-    _expect(reader, "<LogProbs>")
+    reader.expect("</" + kind[1:])
+    reader.expect("<LogProbs>")
     log_probs = reader.floats(dims=1)
-    _expect(reader, "</LogProbs>")
-    _expect(reader, "</TransitionModel>")
+    reader.expect("</LogProbs>")
+    reader.expect("</TransitionModel>")
     model = KaldiModel(topology, tuples.astype(np.int32), log_probs, path=where)
     table = _transitions(model.tuples, topology, where=where)
     if len(log_probs) != len(table.state):
@@ -394,7 +351,7 @@ def _read_model(reader: _Reader, where: str, *, with_gmm: bool) -> KaldiModel:
             "(expected one more, entry 0 is unused)",
             fix=_FIX,
         )
-    follows = reader.peek_word()
+    follows = reader.peek_token()
     if follows != "<DIMENSION>":
         model.followed_by = follows or ""
     elif with_gmm:
@@ -403,10 +360,10 @@ def _read_model(reader: _Reader, where: str, *, with_gmm: bool) -> KaldiModel:
 
 
 def _read_am_gmm(reader: _Reader, *, num_pdfs: int) -> khg.AmDiagGmm:
-    _expect(reader, "<DIMENSION>")
-    dim = _int32(reader)
-    _expect(reader, "<NUMPDFS>")
-    count = _int32(reader)
+    reader.expect("<DIMENSION>")
+    dim = reader.int32()
+    reader.expect("<NUMPDFS>")
+    count = reader.int32()
     if dim <= 0 or count != num_pdfs:
         raise reader.fail(
             f"the GMM part has dimension {dim} and {count} pdfs, the transition model {num_pdfs} pdfs",
@@ -414,21 +371,21 @@ def _read_am_gmm(reader: _Reader, *, num_pdfs: int) -> khg.AmDiagGmm:
         )
     state: list[np.ndarray] = []
     for pdf in range(count):
-        opening = reader.word()
+        opening = reader.token()
         if opening not in ("<DiagGMM>", "<DiagGMMBegin>"):
             raise reader.fail(f"pdf {pdf}: expected <DiagGMM>, found {opening[:40]!r}", fix=_FIX)
-        token = reader.word()
+        token = reader.token()
         if token == "<GCONSTS>":  # optional; recomputed from the parameters, as Kaldi does
             reader.floats(dims=1)
-            token = reader.word()
+            token = reader.token()
         if token != "<WEIGHTS>":
             raise reader.fail(f"pdf {pdf}: expected <WEIGHTS>, found {token[:40]!r}", fix=_FIX)
         weights = reader.floats(dims=1)
-        _expect(reader, "<MEANS_INVVARS>")
+        reader.expect("<MEANS_INVVARS>")
         means_invvars = reader.floats(dims=2)
-        _expect(reader, "<INV_VARS>")
+        reader.expect("<INV_VARS>")
         inv_vars = reader.floats(dims=2)
-        closing = reader.word()
+        closing = reader.token()
         if closing not in ("</DiagGMM>", "<DiagGMMEnd>"):
             raise reader.fail(f"pdf {pdf}: expected </DiagGMM>, found {closing[:40]!r}", fix=_FIX)
         shape = (len(weights), dim)
@@ -446,100 +403,32 @@ def _read_am_gmm(reader: _Reader, *, num_pdfs: int) -> khg.AmDiagGmm:
     return am_gmm
 
 
-def _expect(reader: _Reader, token: str) -> None:
-    found = reader.word()
-    if found != token:
-        raise reader.fail(f"expected {token}, found {found[:40]!r}", fix=_FIX)
-
-
-def _int32(reader: _Reader) -> int:
-    return int(reader.int32s(1)[0])
-
-
-class _BinaryReader(TableReader):
-    """Kaldi's binary basic types from a stream (after the file's ``\\0B``)."""
-
-    def fail(self, problem: str, *, utt: str | None = None, fix: str = _FIX) -> DataError:
-        return super().fail(problem, utt=utt, fix=fix)
-
-    def word(self) -> str:
-        char = self.stream.read(1)
-        while char and char in b" \t\r\n":
-            char = self.stream.read(1)
-        token = bytearray()
-        while char and char != b" ":
-            token += char
-            if len(token) > _LONGEST_TOKEN:
-                raise self.fail(f"no token in the {_LONGEST_TOKEN} bytes where one was expected")
-            char = self.stream.read(1)
-        if not char:
-            raise self.fail("truncated: the file ends where a token was expected")
-        return token.decode("latin-1")
-
-    def peek_word(self) -> str | None:
-        start = self.stream.tell()
-        ahead = self.stream.read(_LONGEST_TOKEN + 8).lstrip(b" \t\r\n")
-        self.stream.seek(start)
-        token, space, _ = ahead.partition(b" ")
-        if ahead and not space and len(ahead) <= _LONGEST_TOKEN:
-            raise self.fail("truncated: the file ends inside a token")
-        return token.decode("latin-1") if ahead else None
-
-    def int32s(self, count: int) -> np.ndarray:
-        records = np.frombuffer(self.exact(5 * count, utt=None, what=f"{count} int32 values"), dtype=_INT32)
-        if (records["size"] != 4).any():
-            raise self.fail("an integer is not stored as an int32 (its size byte is not 4)")
-        return records["value"].astype(np.int64)
-
-    def float_value(self) -> float:
-        size = self.exact(1, utt=None, what="a float")[0]
-        if size not in (4, 8):
-            raise self.fail(f"a float has size byte {size}, expected 4 or 8")
-        data = self.exact(size, utt=None, what="a float")
-        return float(np.frombuffer(data, dtype="<f4" if size == 4 else "<f8")[0])
-
-    def int_vector(self) -> np.ndarray:
-        head = self.exact(5, utt=None, what="an integer vector's size")
-        (count,) = struct.unpack_from("<i", head, 1)
-        if head[0] != 4 or count < 0:
-            raise self.fail(f"bad integer vector header (element size {head[0]}, count {count})")
-        return np.frombuffer(self.exact(4 * count, utt=None, what=f"{count} int32s"), dtype="<i4").astype(
-            np.int64
-        )
+class _BinaryReader(BinaryReader):
+    """A binary model's reads: :class:`~asrkit.data.kaldi_binary.BinaryReader`'s basic types,
+    float objects as float32, and the topology."""
 
     def floats(self, *, dims: int) -> np.ndarray:
-        token = self.word()
-        stored = _FLOAT_OBJECTS[dims].get(token)
-        if stored is None:
-            expected = " or ".join(_FLOAT_OBJECTS[dims])
-            raise self.fail(
-                f"expected a float {'vector' if dims == 1 else 'matrix'} ({expected}), found {token[:40]!r}"
-            )
-        shape = tuple(int(n) for n in self.int32s(dims))
-        if min(shape) < 0:
-            raise self.fail(f"negative size {shape}")
-        size = int(np.prod(shape)) * np.dtype(stored).itemsize
-        data = self.exact(size, utt=None, what=f"a {'x'.join(map(str, shape))} {token}")
-        return np.frombuffer(data, dtype=stored).reshape(shape).astype(np.float32)
+        values = self.float_vector() if dims == 1 else self.float_matrix()
+        return values.astype(np.float32, copy=False)
 
     def topology(self) -> str:
         """The binary topology, returned in Kaldi's text form (which the bindings parse)."""
-        _expect(self, "<Topology>")
-        phones, phone2idx = self.int_vector(), self.int_vector()
-        count = _int32(self)
+        self.expect("<Topology>")
+        phones, phone2idx = self.int32_vector(), self.int32_vector()
+        count = self.int32()
         hmm = count != -1
         if not hmm:  # the marker of the form with self-loop pdf classes
-            count = _int32(self)
+            count = self.int32()
         entries: list[list[_State]] = []
         for _ in range(max(count, 0)):
             states = []
-            for _ in range(_int32(self)):
-                forward = _int32(self)
-                self_loop = forward if hmm else _int32(self)
-                arcs = tuple((_int32(self), self.float_value()) for _ in range(_int32(self)))
+            for _ in range(self.int32()):
+                forward = self.int32()
+                self_loop = forward if hmm else self.int32()
+                arcs = tuple((self.int32(), self.float_value()) for _ in range(self.int32()))
                 states.append(_State(forward, self_loop, arcs))
             entries.append(states)
-        _expect(self, "</Topology>")
+        self.expect("</Topology>")
         covered = [phone for phone, index in enumerate(phone2idx.tolist()) if 0 <= index < len(entries)]
         if count <= 0 or covered != phones.tolist():
             raise self.fail(
@@ -565,21 +454,29 @@ class _TextReader:
     def low_level_errors(self) -> Iterator[None]:
         yield
 
-    def word(self) -> str:
+    def token(self) -> str:
         if self.next >= len(self.spans):
             raise self.fail("truncated: the file ends where a token was expected")
         start, end = self.spans[self.next]
         self.next += 1
         return self.text[start:end]
 
-    def peek_word(self) -> str | None:
+    def peek_token(self) -> str | None:
         if self.next >= len(self.spans):
             return None
         start, end = self.spans[self.next]
         return self.text[start:end]
 
+    def expect(self, token: str) -> None:
+        found = self.token()
+        if found != token:
+            raise self.fail(f"expected {token}, found {found[:40]!r}")
+
+    def int32(self) -> int:
+        return int(self.int32s(1)[0])
+
     def int32s(self, count: int) -> np.ndarray:
-        words = [self.word() for _ in range(count)]
+        words = [self.token() for _ in range(count)]
         try:
             return np.array([int(word) for word in words], dtype=np.int64)
         except ValueError:
@@ -587,9 +484,9 @@ class _TextReader:
             raise self.fail(f"expected an integer, found {bad[:40]!r}") from None
 
     def floats(self, *, dims: int) -> np.ndarray:
-        _expect(self, "[")
+        self.expect("[")
         opened = self.next - 1
-        while self.word() != "]":
+        while self.token() != "]":
             pass
         # Kaldi writes a text matrix one row per line between the brackets.
         body = self.text[self.spans[opened][1] : self.spans[self.next - 1][0]]
@@ -607,8 +504,8 @@ class _TextReader:
 
     def topology(self) -> str:
         start = self.spans[self.next][0] if self.next < len(self.spans) else len(self.text)
-        _expect(self, "<Topology>")
-        while self.word() != "</Topology>":
+        self.expect("<Topology>")
+        while self.token() != "</Topology>":
             pass
         return self.text[start : self.spans[self.next - 1][1]]
 

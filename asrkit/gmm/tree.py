@@ -29,6 +29,7 @@ phones in no root to ``NULL``. Leaves are numbered ``0..L-1`` in depth-first ord
 from __future__ import annotations
 
 import heapq
+import io
 import logging
 import math
 import os
@@ -42,6 +43,14 @@ from typing import Any
 import numpy as np
 
 from asrkit.data.io import atomic_writer
+from asrkit.data.kaldi_binary import (
+    BINARY_MARKER,
+    BinaryReader,
+    pack_int32,
+    pack_int32_vector,
+    pack_token,
+    pack_uint32,
+)
 from asrkit.errors import ConfigError, DataError, raise_all
 
 log = logging.getLogger(__name__)
@@ -51,9 +60,6 @@ PDF_CLASS = -1
 
 ABSENT = -1
 """Value of a context key that is not part of the event (the context of a CI phone)."""
-
-BINARY_MARKER = b"\0B"
-"""The two bytes that open every Kaldi binary file."""
 
 DEFAULT_VAR_FLOOR = 0.01
 """Kaldi's ``acc-tree-stats --var-floor`` default, used wherever a variance is estimated."""
@@ -246,12 +252,12 @@ class Tree:
         """The Kaldi binary ``tree`` file's bytes (starting with ``"\\0B"``)."""
         return (
             BINARY_MARKER
-            + b"ContextDependency "
-            + _int32(self.context_width)
-            + _int32(self.central_position)
-            + b"ToPdf "
+            + pack_token("ContextDependency")
+            + pack_int32(self.context_width)
+            + pack_int32(self.central_position)
+            + pack_token("ToPdf")
             + _event_map_bytes(self.root)
-            + b"EndContextDependency "
+            + pack_token("EndContextDependency")
         )
 
     def to_text(self) -> str:
@@ -269,7 +275,7 @@ class Tree:
         Raises:
             DataError: the bytes are not a complete Kaldi binary tree (``source`` names them).
         """
-        reader = _ByteReader(data, source)
+        reader = _TreeReader(data, source)
         if not data.startswith(BINARY_MARKER):
             kind = (
                 "Kaldi's text form" if data.lstrip().startswith(b"ContextDependency") else "not Kaldi binary"
@@ -278,21 +284,21 @@ class Tree:
                 f"{source}: not a Kaldi binary tree ({kind}: it does not start with the binary marker "
                 "'\\0B'); write it in binary (Kaldi: copy-tree --binary=true in out) or rebuild it"
             )
-        reader.pos = len(BINARY_MARKER)
+        reader.stream.seek(len(BINARY_MARKER))
         reader.expect("ContextDependency")
         width, central = reader.int32(), reader.int32()
         if width < 1 or not 0 <= central < width:
-            raise reader.error(f"context width {width} / central position {central} make no sense")
+            raise reader.fail(f"context width {width} / central position {central} make no sense")
         reader.expect("ToPdf")
         try:
             root = _read_event_map(reader)
         except RecursionError:
-            raise reader.error("the event map nests too deeply") from None
+            raise reader.fail("the event map nests too deeply") from None
         reader.expect("EndContextDependency")
-        if reader.pos != len(data):
-            raise reader.error(f"{len(data) - reader.pos} bytes follow EndContextDependency")
+        if reader.stream.tell() != len(data):
+            raise reader.fail(f"{len(data) - reader.stream.tell()} bytes follow EndContextDependency")
         if root is None:
-            raise reader.error("the event map is NULL")
+            raise reader.fail("the event map is NULL")
         return cls(context_width=width, central_position=central, root=root)
 
     @classmethod
@@ -367,22 +373,13 @@ def _iter_leaves(root: Node | None) -> Iterable[Leaf]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Kaldi binary / text serialisation (base/io-funcs: a basic type is a size byte, negative for
-# unsigned types, then the little-endian value; a token is its text and one space)
+# Kaldi binary / text serialisation (the basic types: asrkit.data.kaldi_binary)
 # ---------------------------------------------------------------------------------------------
 
-
-def _int32(value: int) -> bytes:
-    return b"\x04" + int(value).to_bytes(4, "little", signed=True)
-
-
-def _uint32(value: int) -> bytes:
-    return b"\xfc" + int(value).to_bytes(4, "little", signed=False)
-
-
-def _int_vector(values: Sequence[int]) -> bytes:
-    # WriteIntegerVector: element size, int32 length (no size byte), raw elements.
-    return b"\x04" + len(values).to_bytes(4, "little") + np.asarray(values, dtype="<i4").tobytes()
+#: The event map's tokens, packed once: ``NULL``, ``CE``, ``SE``, ``TE`` and the brackets.
+_NULL, _CE, _SE, _TE, _OPEN_SPLIT, _CLOSE_SPLIT, _OPEN_TABLE, _CLOSE_TABLE = (
+    pack_token(token) for token in ("NULL", "CE", "SE", "TE", "{", "}", "(", ")")
+)
 
 
 def _event_map_bytes(root: Node | None) -> bytes:
@@ -393,15 +390,15 @@ def _event_map_bytes(root: Node | None) -> bytes:
         if isinstance(item, bytes):
             out += item
         elif item is None:
-            out += b"NULL "
+            out += _NULL
         elif isinstance(item, Leaf):
-            out += b"CE " + _int32(item.pdf)
+            out += _CE + pack_int32(item.pdf)
         elif isinstance(item, Split):
-            out += b"SE " + _int32(item.key) + _int_vector(item.values) + b"{ "
-            stack += [b"} ", item.no, item.yes]
+            out += _SE + pack_int32(item.key) + pack_int32_vector(item.values) + _OPEN_SPLIT
+            stack += [_CLOSE_SPLIT, item.no, item.yes]
         else:
-            out += b"TE " + _int32(item.key) + _uint32(len(item.children)) + b"( "
-            stack.append(b") ")
+            out += _TE + pack_int32(item.key) + pack_uint32(len(item.children)) + _OPEN_TABLE
+            stack.append(_CLOSE_TABLE)
             stack.extend(reversed(item.children))
     return bytes(out)
 
@@ -428,82 +425,45 @@ def _event_map_text(root: Node | None) -> str:
     return "".join(out)
 
 
-class _ByteReader:
-    """Cursor over Kaldi binary bytes whose errors name the source, the offset and the fix."""
+class _TreeReader(BinaryReader):
+    """Reads a binary tree's bytes; every error names the source, the byte offset and the fix."""
 
     def __init__(self, data: bytes, source: str) -> None:
-        self.data, self.source, self.pos = data, source, 0
+        super().__init__(io.BytesIO(data), source)
+        self.size = len(data)
 
-    def error(self, what: str) -> DataError:
+    def fail(self, problem: str, *, utt: str | None = None, fix: str | None = None) -> DataError:
         return DataError(
-            f"{self.source}: not a valid Kaldi binary tree: {what} (byte {self.pos} of "
-            f"{len(self.data)}); the file is truncated or corrupt, rebuild it (build-tree / asrkit)"
+            f"{self.where}: not a valid Kaldi binary tree: {problem} (byte {self.stream.tell()} of "
+            f"{self.size}); the file is truncated or corrupt, rebuild it (build-tree / asrkit)"
         )
 
-    def take(self, size: int, what: str) -> bytes:
-        if self.pos + size > len(self.data):
-            raise self.error(f"the file ends inside {what}")
-        chunk = self.data[self.pos : self.pos + size]
-        self.pos += size
-        return chunk
 
-    def token(self) -> str:
-        end = self.data.find(b" ", self.pos, self.pos + 64)
-        if end < 0:
-            raise self.error("expected a token")
-        text = self.data[self.pos : end].decode("latin-1")
-        self.pos = end + 1
-        return text
-
-    def expect(self, token: str) -> None:
-        start = self.pos
-        got = self.token()
-        if got != token:
-            self.pos = start
-            raise self.error(f"expected {token!r}, found {got[:20]!r}")
-
-    def int32(self) -> int:
-        size = self.take(1, "an integer")[0]
-        if size not in (0x04, 0xFC):
-            self.pos -= 1
-            raise self.error(f"expected a 4-byte integer, found size byte {size}")
-        return int.from_bytes(self.take(4, "an integer"), "little", signed=size == 0x04)
-
-    def int_vector(self) -> tuple[int, ...]:
-        if self.take(1, "an integer vector")[0] != 0x04:
-            self.pos -= 1
-            raise self.error("expected a vector of 4-byte integers")
-        count = int.from_bytes(self.take(4, "an integer vector"), "little", signed=True)
-        if count < 0:
-            raise self.error(f"negative vector length {count}")
-        return tuple(np.frombuffer(self.take(4 * count, "an integer vector"), dtype="<i4").tolist())
-
-
-def _read_event_map(reader: _ByteReader) -> Node | None:
-    start = reader.pos
+def _read_event_map(reader: _TreeReader) -> Node | None:
+    start = reader.stream.tell()
     token = reader.token()
     if token == "NULL":
         return None
     if token == "CE":
         return Leaf(reader.int32())
     if token == "SE":
-        key, values = reader.int32(), reader.int_vector()
+        key, values = reader.int32(), tuple(reader.int32_vector().tolist())
         reader.expect("{")
         yes, no = _read_event_map(reader), _read_event_map(reader)
         reader.expect("}")
         if yes is None or no is None:
-            raise reader.error("a split (SE) has a NULL branch")
+            raise reader.fail("a split (SE) has a NULL branch")
         return Split(key, values, yes, no)
     if token == "TE":
-        key, size = reader.int32(), reader.int32()
-        if size > len(reader.data):
-            raise reader.error(f"table size {size} is larger than the file")
+        key, size = reader.int32(), reader.uint32()
+        if size > reader.size:
+            raise reader.fail(f"table size {size} is larger than the file")
         reader.expect("(")
         children = tuple(_read_event_map(reader) for _ in range(size))
         reader.expect(")")
         return Table(key, children)
-    reader.pos = start
-    raise reader.error(f"expected an event map (NULL, CE, SE or TE), found {token[:20]!r}")
+    reader.stream.seek(start)
+    raise reader.fail(f"expected an event map (NULL, CE, SE or TE), found {token[:20]!r}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -538,11 +538,7 @@ def _int_vector(reader: TableReader, utt: str | None, first: bytes) -> np.ndarra
         (size,) = struct.unpack("<i", head[1:])
         if size < 0:
             raise reader.fail(f"negative vector length {size}", utt=utt)
-        body = reader.exact(5 * size, utt=utt, what=f"a vector of {size} int32s")
-        records = np.frombuffer(body, dtype=[("size", "u1"), ("value", "<i4")])
-        if (records["size"] != 4).any():
-            raise reader.fail("an element is not a 4-byte integer", utt=utt)
-        return records["value"].astype(np.int32)
+        return reader.int32s(size, utt=utt).astype(np.int32)
     line = first + reader.stream.readline()
     tokens = line.split()
     if tokens[:1] == [b"["]:
