@@ -10,7 +10,7 @@ Public API, one module per stage:
     - :func:`transition_id_to_pdf`, :func:`transition_id_to_phone` — per transition-id tables.
 
 :mod:`asrkit.gmm.tree` — phonetic decision trees (``acc-tree-stats``, ``cluster-phones``,
-``compile-questions``, ``build-tree``):
+``compile-questions``, ``build-tree``; a package of one module per job):
     - :func:`accumulate_tree_stats` → :class:`TreeStats` — per-event Gaussian stats from a
       monophone alignment.
     - :func:`make_questions` / :func:`cluster_phones` / :func:`pdf_class_questions` →
