@@ -12,7 +12,9 @@ ran beside it or in which order.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 import logging
 import multiprocessing
@@ -281,11 +283,17 @@ def _job(task: tuple[StudyPlan, StudyRun, Path, Network, str]) -> str:
     return run.name
 
 
+@functools.lru_cache(maxsize=256)
+def _composed(overrides: tuple[str, ...], config_dir: str) -> AsrkitConfig:
+    return to_object(compose(list(overrides), config_dir=config_dir))
+
+
 def _run_config(
     plan: StudyPlan, run: StudyRun, config_dir: str | Path
 ) -> tuple[AsrkitConfig, list[str], float]:
     overrides = plan.overrides(run)
-    cfg = to_object(compose(overrides, config_dir=config_dir))
+    # A study checks every run's settings each sitting: each composed once per process.
+    cfg = copy.deepcopy(_composed(tuple(overrides), str(config_dir)))
     if plan.lr_rule == "optim":  # the optimizer's own settings scale it (the trainer does)
         return cfg, overrides, cfg.optim.peak_lr(cfg.train.max_batch)
     lr = cfg.optim.lr * plan.lr_scale(run)
