@@ -28,9 +28,10 @@ import logging
 import multiprocessing
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import kaldi_hmm_gmm as khg
 import kaldifst
@@ -490,10 +491,13 @@ def train_triphone(
     where: str = "text",
     seed: int = 0,
     tree: tuple[Tree, TreeStats] | None = None,
+    after_round: Callable[[int, GmmSystem, AlignResult], Any] | None = None,
 ) -> tuple[GmmSystem, AlignResult, Tree]:
     """Kaldi's ``train_deltas.sh``: a tree from ``previous``'s alignment (or ``tree``, a
     :func:`build_triphone_tree` result), a triphone system with at most ``num_leaves`` tied
-    states and ``num_gauss`` Gaussians, and its final alignment of ``texts``."""
+    states and ``num_gauss`` Gaussians, and its final alignment of ``texts``.
+    ``after_round(round, system, alignment)`` runs after each round's update; features it
+    returns replace ``feats`` from then on (an MLLT re-estimation changes them)."""
     began = time.monotonic()
     rng = np.random.default_rng(seed)
     built, stats = tree or build_triphone_tree(lang, feats, previous, alignments, num_leaves=num_leaves)
@@ -523,6 +527,8 @@ def train_triphone(
         acc, trans_stats, like, frames = _accumulate(system, feats, result.alignments)
         _update(system, acc, trans_stats, mix_up=schedule[it], power=0.2, rng=rng)
         _log_round("triphone", it, like, frames, system, began)
+        if after_round is not None:
+            feats = after_round(it, system, result) or feats
     result = align(system, feats, graphs, cfg, where=where)
     return system, result, built
 
