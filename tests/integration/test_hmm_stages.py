@@ -650,3 +650,75 @@ def test_bad_hybrid_input(
         str(p.relative_to(tmp_path)) for pattern in (*run.absent, "**/*.tmp") for p in tmp_path.glob(pattern)
     )
     assert not left, f"partial output left behind: {left}"
+
+
+# ---------------------------------------------------------------- speaker-adapted systems
+
+
+def test_lda_mllt_and_sat_train_on_the_fixture_and_test_speakers_adapt_from_hypotheses_only(
+    hybrid: Hybrid, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """tri2 (LDA+MLLT) from tri1's alignment and tri3 (SAT) from tri2's, a few rounds each
+    on the fixture's 120 utterances; then the test speakers' transforms from hypotheses:
+    the same for any reference text, since none is read."""
+    from dataclasses import replace
+
+    from asrkit.gmm.adapt import TransformedFeatures, train_lda_mllt, train_sat, transforms_from_hypotheses
+    from asrkit.gmm.lang import load_lang
+    from asrkit.gmm.train import GmmSystem
+    from asrkit.gmm.transforms import read_matrix, write_matrix
+
+    lang = load_lang(hybrid.gmm / "lang")
+    tri1 = GmmSystem.load(hybrid.gmm / "tri1", lang)
+    base = GmmFeatures(hybrid.gmm / "data" / "train", delta_order=0)
+    texts = read_data_dir(hybrid.gmm / "data" / "train").text
+    assert texts is not None
+    ali = {u: a.tolist() for u, a in read_alignments(str(hybrid.gmm / "tri1" / "ali.1.gz")).items()}
+    cfg = replace(GmmConfig(), nj=1, tri_iters=4, tri_realign=[2])
+    with caplog.at_level(logging.INFO, logger="asrkit.gmm.adapt"):
+        tri2, result2, feats2 = train_lda_mllt(
+            lang,
+            base,
+            texts,
+            tri1,
+            ali,
+            cfg,
+            num_leaves=100,
+            num_gauss=300,
+            dim=20,
+            mllt_rounds=(1, 2),
+            seed=2,
+        )
+    assert feats2.transform.shape == (20, 13 * 7) and tri2.am.dim == 20
+    assert sum("MLLT after round" in r.message for r in caplog.records) == 2
+    assert len(result2.alignments) >= 0.9 * len(texts)
+    write_matrix(hybrid.root / "final.mat", feats2.transform)
+    np.testing.assert_array_equal(read_matrix(hybrid.root / "final.mat"), feats2.transform.astype(np.float32))
+    tri3, result3, adapted = train_sat(
+        lang,
+        feats2,
+        texts,
+        tri2,
+        result2.alignments,
+        cfg,
+        num_leaves=100,
+        num_gauss=300,
+        fmllr_rounds=(1,),
+        seed=3,
+    )
+    speakers = set(read_data_dir(hybrid.gmm / "data" / "train").utt2spk.values())
+    assert set(adapted.speakers) <= speakers and len(adapted.speakers) >= len(speakers) // 2
+    assert all(w.shape == (20, 21) for w in adapted.speakers.values())
+    assert len(result3.alignments) >= 0.9 * len(texts)
+    test = TransformedFeatures(GmmFeatures(hybrid.gmm / "data" / "test", delta_order=0), feats2.transform)
+    hyps = dict(read_kaldi_map(hybrid.gmm / "tri1" / "decode_test" / "hyp", allow_empty_value=True))
+    first = transforms_from_hypotheses(tri3, test, hyps, cfg)
+    # The same set with wrong references: the transforms cannot change, none is read.
+    wrong = tmp_path / "test_wrong"
+    shutil.copytree(hybrid.gmm / "data" / "test", wrong)
+    (wrong / "text").write_text("".join(f"{u} WRONG WORDS\n" for u in hyps))
+    misled = TransformedFeatures(GmmFeatures(wrong, delta_order=0), feats2.transform)
+    again = transforms_from_hypotheses(tri3, misled, hyps, cfg)
+    assert first.keys() == again.keys() and first
+    for speaker in first:
+        np.testing.assert_array_equal(first[speaker], again[speaker])
