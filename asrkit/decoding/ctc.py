@@ -15,7 +15,6 @@ from asrkit.decoding.beam import BeamSearch
 from asrkit.decoding.decoder import Decoder, DecodingRecord, Point, Prepared, register_kind
 from asrkit.decoding.recognizer import Recognizer
 from asrkit.errors import ConfigError
-from asrkit.loader.batch import Utterance
 
 __all__ = ["CTC_KINDS", "CtcDecoder"]
 
@@ -72,8 +71,7 @@ class CtcDecoder(Decoder):
         return self._prepared(self.recognizer.open_set(data_dir))
 
     def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
-        feats = self.recognizer.audio_features(samples, rate, utt=where, where=where)
-        return self._prepared([Utterance(utt, feats, np.zeros(0, dtype=np.int64))])
+        return self._prepared(self.recognizer.audio_source(samples, rate, utt=utt, where=where))
 
     def _prepared(self, utts) -> Prepared:
         began = time.monotonic()

@@ -17,8 +17,7 @@ import torch
 
 from asrkit.decoding.decoder import Decoder, DecodingRecord, Point, Prepared, register_kind
 from asrkit.errors import ConfigError, DataError
-from asrkit.loader.batch import Utterance
-from asrkit.loader.sources import InMemorySource, UtteranceSource
+from asrkit.loader.sources import UtteranceSource
 
 if TYPE_CHECKING:
     from asrkit.decoding.recognizer import Recognizer
@@ -206,8 +205,7 @@ class HybridDecoder(HclgDecoder):
         return self._prepared(self.recognizer.open_set(data_dir))
 
     def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
-        feats = self.recognizer.audio_features(samples, rate, utt=where, where=where)
-        return self._prepared(InMemorySource([Utterance(utt, feats, np.zeros(0, dtype=np.int64))]))
+        return self._prepared(self.recognizer.audio_source(samples, rate, utt=utt, where=where))
 
     def _prepared(self, utts: UtteranceSource) -> Prepared:
         lengths = dict(zip(utts.ids, np.asarray(utts.lengths).tolist(), strict=True))

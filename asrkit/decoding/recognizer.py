@@ -121,6 +121,12 @@ class Recognizer:
         cfg = dataclasses.replace(self.features, resample=True)
         return self.normalize(extract(samples, rate, cfg, utt=utt, where=where))
 
+    def audio_source(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> InMemorySource:
+        """One recording as utterance ``utt`` ready for :meth:`outputs` (``where`` names it
+        in errors): what a decoder's ``prepare_audio`` reads."""
+        feats = self.audio_features(samples, rate, utt=where, where=where)
+        return InMemorySource([Utterance(utt, feats, np.zeros(0, dtype=np.int64))])
+
     @property
     def decode_head(self) -> str | None:
         """The output that decodes to tokens: ``ctc``, ``frame`` (a CE model trained on a
