@@ -22,6 +22,7 @@ from asrkit.loader.sources import UtteranceSource
 if TYPE_CHECKING:
     from asrkit.decoding.recognizer import Recognizer
     from asrkit.decoding.wfst import WfstDecoder
+    from asrkit.gmm.config import GmmConfig
     from asrkit.gmm.train import GmmSystem
 
 __all__ = ["PRIOR_COUNTS", "GmmDecoder", "HclgDecoder", "HybridDecoder", "HybridScorer", "read_counts"]
@@ -114,8 +115,21 @@ class HclgDecoder(Decoder):
 
 
 class GmmDecoder(HclgDecoder):
-    """A GMM system's log-likelihoods of MFCC + CMVN + deltas features (a GMM data dir per
-    set, as the hybrid recipe's stage 4 makes them in ``gmm/data/<set>``)."""
+    """A GMM system's log-likelihoods of its features (a GMM data dir per set, as the
+    hybrid recipe's stage 4 makes them in ``gmm/data/<set>``): MFCC + CMVN + deltas, or,
+    for a system with a ``final.mat`` (LDA+MLLT), spliced MFCC + CMVN through it. A SAT
+    system (with ``final.alimdl``) decodes in two passes, as Kaldi's ``decode_fmllr.sh``:
+    its speaker-independent model decodes at ``first_pass``, each speaker's fMLLR transform
+    is estimated from those hypotheses and the speaker's own audio (never a reference), and
+    the SAT model decodes the adapted features. The speakers' transforms and the first
+    pass's hypotheses are kept in ``Prepared.extra`` (``speakers``, ``first_pass``).
+
+    Args:
+        system_dir: the system's exp dir (its ``final.mat``, ``final.alimdl``).
+        first_pass: (LM weight, word penalty) of a SAT system's first pass.
+        adapt: the ``gmm`` settings the test speakers' alignments and transforms use.
+        The rest: as :class:`HclgDecoder`.
+    """
 
     kind = "gmm"
 
@@ -130,11 +144,20 @@ class GmmDecoder(HclgDecoder):
         sample_rate: int,
         graph: str | Path,
         transitions: str | Path,
+        system_dir: str | Path | None = None,
+        first_pass: Point = (12.0, 0.0),
+        adapt: GmmConfig | None = None,
         nj: int = 1,
     ) -> None:
+        from asrkit.gmm.adapt import Adaptation
+        from asrkit.gmm.config import GmmConfig
+
         super().__init__(search, grid, graph=graph, transitions=transitions, nj=nj)
         self.system, self.name = system, name
         self.features_root, self._rate = Path(features_root), sample_rate
+        self.adaptation = Adaptation.read(Path(system_dir), system.lang) if system_dir is not None else None
+        self.first_pass = (float(first_pass[0]), float(first_pass[1]))
+        self.adapt = adapt or GmmConfig()
 
     @property
     def label(self) -> str:
@@ -144,7 +167,12 @@ class GmmDecoder(HclgDecoder):
     def sample_rate(self) -> int:
         return self._rate
 
+    @property
+    def two_pass(self) -> bool:
+        return self.adaptation is not None and self.adaptation.alimdl is not None
+
     def prepare(self, data_dir: str | Path) -> Prepared:
+        from asrkit.gmm.adapt import TransformedFeatures, transforms_from_hypotheses
         from asrkit.gmm.feats import GmmFeatures
 
         name = Path(data_dir).name
@@ -154,11 +182,33 @@ class GmmDecoder(HclgDecoder):
                 f"{gmm_data}: no GMM features for decode set {name}; the GMM systems decode the "
                 "recipe's own sets (data.dev_set, data.test_sets)"
             )
-        feats = GmmFeatures(gmm_data)
         began = time.monotonic()
+        extra: dict[str, Any] = {}
+        if self.adaptation is None:
+            feats: Any = GmmFeatures(gmm_data)
+        else:
+            feats = self.adaptation.features(GmmFeatures(gmm_data, delta_order=0), speakers=False)
+        if self.two_pass:
+            assert self.adaptation is not None and self.adaptation.alimdl is not None
+            alimdl = self.adaptation.alimdl
+            first_scores = {utt: alimdl.log_likelihoods(feats(utt)) for utt in feats.utt_ids}
+            weight, penalty = self.first_pass
+            swept = self.search.sweep(first_scores, [weight], word_penalties=[penalty], nj=self.nj)
+            first = {utt: " ".join(words[self.first_pass]) for utt, words in swept.items()}
+            speakers = transforms_from_hypotheses(
+                self.system,
+                alimdl,
+                feats,
+                first,
+                self.adapt,
+                silence_weight=self.adapt.fmllr_silence_weight,
+                where=f"{gmm_data} (first-pass hypotheses)",
+            )
+            extra.update(first_pass=first, speakers=speakers)
+            feats = TransformedFeatures(feats.base, feats.transform, context=feats.context, speakers=speakers)
         scores = {utt: self.system.log_likelihoods(feats(utt)) for utt in feats.utt_ids}
         frames = sum(s.shape[0] for s in scores.values())
-        return Prepared(scores, frames=frames, seconds=time.monotonic() - began)
+        return Prepared(scores, frames=frames, seconds=time.monotonic() - began, extra=extra)
 
     def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
         raise ConfigError(
@@ -167,7 +217,10 @@ class GmmDecoder(HclgDecoder):
         )
 
     def record(self, point: Point, *, tuned_on: str) -> DecodingRecord:
-        return DecodingRecord(kind="gmm", weights=list(point), tuned_on=tuned_on, settings=self._settings())
+        settings = self._settings()
+        if self.two_pass:
+            settings["first_pass"] = list(self.first_pass)
+        return DecodingRecord(kind="gmm", weights=list(point), tuned_on=tuned_on, settings=settings)
 
 
 class HybridDecoder(HclgDecoder):

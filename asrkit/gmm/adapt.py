@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from asrkit.data.kaldi_ark import write_ark
 from asrkit.gmm.config import GmmConfig
 from asrkit.gmm.feats import GmmFeatures
 from asrkit.gmm.lang import Lang
@@ -26,6 +30,7 @@ from asrkit.gmm.train import (
 )
 from asrkit.gmm.transforms import (
     FmllrStats,
+    GaussianMoments,
     LdaStats,
     MlltStats,
     apply_affine,
@@ -33,12 +38,23 @@ from asrkit.gmm.transforms import (
     estimate_fmllr,
     estimate_lda,
     estimate_mllt,
+    read_matrix,
     splice,
+    write_matrix,
 )
 
 __all__ = [
+    "ALIMDL",
+    "FINAL_MAT",
+    "TRANSFORMS",
+    "Adaptation",
     "TransformedFeatures",
+    "align_adapted",
+    "alignment_model",
+    "system_features",
+    "gaussian_moments",
     "gaussian_stats",
+    "gaussians",
     "lda_stats",
     "silence_weights",
     "speaker_transforms",
@@ -71,6 +87,10 @@ class TransformedFeatures:
     @property
     def utt_ids(self) -> list[str]:
         return self.base.utt_ids
+
+    def unadapted(self) -> TransformedFeatures:
+        """The same features without the speakers' transforms."""
+        return TransformedFeatures(self.base, self.transform, context=self.context)
 
     def spliced(self, utt: str) -> np.ndarray:
         return splice(np.asarray(self.base(utt), dtype=np.float64), self.context)
@@ -118,6 +138,63 @@ def lda_stats(
     return stats
 
 
+def gaussians(system: GmmSystem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every Gaussian of ``system``, pdf by pdf: the first Gaussian's number per pdf
+    ``(pdfs + 1,)`` (the last entry is their total), the means and the variances ``(M, D)``."""
+    gmms = [system.am.get_pdf(pdf) for pdf in range(system.am.num_pdfs)]
+    first = np.concatenate([[0], np.cumsum([g.num_gauss for g in gmms])])
+    means = np.concatenate([np.asarray(g.means, dtype=np.float64) for g in gmms])
+    variances = np.concatenate([np.asarray(g.vars, dtype=np.float64) for g in gmms])
+    return first, means, variances
+
+
+def gaussian_moments(
+    system: GmmSystem,
+    feats: Mapping[str, np.ndarray] | TransformedFeatures | GmmFeatures,
+    alignments: Mapping[str, Sequence[int]],
+    *,
+    silence_weight: float = 1.0,
+    posterior_feats: TransformedFeatures | GmmFeatures | None = None,
+) -> GaussianMoments:
+    """The aligned frames' moments per Gaussian of ``system`` (numbered as
+    :func:`gaussians`), each frame shared among its tied state's Gaussians by their
+    posteriors (Kaldi's ``ali-to-post`` + Gaussian-level accumulation), silence frames
+    weighted by ``silence_weight``. With ``posterior_feats``, the posteriors come from those
+    features and the moments from ``feats`` (Kaldi's ``gmm-acc-stats-twofeats``)."""
+
+    def read(source: Mapping[str, np.ndarray] | TransformedFeatures | GmmFeatures, utt: str) -> np.ndarray:
+        return np.asarray(source[utt] if isinstance(source, Mapping) else source(utt), dtype=np.float64)
+
+    tid2pdf = system.tid2pdf
+    frames, scored, pdfs, weights = [], [], [], []
+    for utt, ali in alignments.items():
+        tids = np.asarray(ali, dtype=np.int64)
+        frames.append(read(feats, utt))
+        scored.append(frames[-1] if posterior_feats is None else read(posterior_feats, utt))
+        pdfs.append(tid2pdf[tids])
+        weights.append(silence_weights(system, tids, silence_weight=silence_weight))
+    first, means, _ = gaussians(system)
+    if not frames:
+        return GaussianMoments.zeros(len(means), means.shape[1])
+    x, y = np.concatenate(frames), np.concatenate(scored)
+    pdf, weight = np.concatenate(pdfs), np.concatenate(weights)
+    moments = GaussianMoments.zeros(len(means), x.shape[1])
+    keep = np.flatnonzero(weight > 0)
+    order = keep[np.argsort(pdf[keep], kind="stable")]
+    bounds = np.flatnonzero(np.diff(pdf[order])) + 1
+    for rows in np.split(order, bounds):
+        if not len(rows):
+            continue
+        p = int(pdf[rows[0]])
+        comp = np.asarray(
+            system.am.get_pdf(p).log_likelihoods_matrix(y[rows].astype(np.float32)), dtype=np.float64
+        )
+        post = np.exp(comp - comp.max(axis=1, keepdims=True))
+        post *= (weight[rows] / post.sum(axis=1))[:, None]
+        moments.add(np.arange(first[p], first[p + 1]), x[rows], post)
+    return moments
+
+
 def gaussian_stats(
     system: GmmSystem,
     feats: Mapping[str, np.ndarray] | TransformedFeatures | GmmFeatures,
@@ -126,25 +203,12 @@ def gaussian_stats(
     *,
     silence_weight: float = 1.0,
 ) -> None:
-    """Add each aligned frame to ``stats`` with its posteriors over the Gaussians of its
-    tied state (Kaldi's ``ali-to-post`` + ``gmm-acc-mllt`` / ``gmm-est-fmllr`` accumulation)."""
-    tid2pdf = system.tid2pdf
-    for utt, ali in alignments.items():
-        x = np.asarray(feats[utt] if isinstance(feats, Mapping) else feats(utt), dtype=np.float64)
-        tids = np.asarray(ali, dtype=np.int64)
-        pdfs = tid2pdf[tids]
-        weight = silence_weights(system, tids, silence_weight=silence_weight)
-        for pdf in np.unique(pdfs):
-            rows = np.flatnonzero((pdfs == pdf) & (weight > 0))
-            if not len(rows):
-                continue
-            gmm = system.am.get_pdf(int(pdf))
-            comp = np.asarray(gmm.log_likelihoods_matrix(x[rows].astype(np.float32)), dtype=np.float64)
-            post = np.exp(comp - comp.max(axis=1, keepdims=True))
-            post *= (weight[rows] / post.sum(axis=1))[:, None]
-            stats.add(
-                x[rows], np.asarray(gmm.means, dtype=np.float64), np.asarray(gmm.vars, dtype=np.float64), post
-            )
+    """Add the aligned frames to ``stats`` with their posteriors over the Gaussians of
+    their tied states (Kaldi's ``gmm-acc-mllt`` / ``gmm-est-fmllr`` accumulation)."""
+    _, means, variances = gaussians(system)
+    stats.add_moments(
+        gaussian_moments(system, feats, alignments, silence_weight=silence_weight), means, variances
+    )
 
 
 def transform_means(system: GmmSystem, matrix: np.ndarray) -> None:
@@ -298,9 +362,76 @@ def train_sat(
     return system, result, adapted
 
 
+def alignment_model(
+    system: GmmSystem,
+    si_feats: TransformedFeatures,
+    adapted: TransformedFeatures,
+    alignments: Mapping[str, Sequence[int]],
+    *,
+    min_count: float = 1e-3,
+    var_floor: float = 1e-3,
+) -> GmmSystem:
+    """A SAT system's speaker-independent twin (Kaldi's ``final.alimdl``): the same tree,
+    transitions and Gaussians, each Gaussian's weight, mean and variance re-estimated on the
+    unadapted features ``si_feats`` with the posteriors the SAT system gives the adapted
+    ones (``gmm-acc-stats-twofeats``). It aligns and decodes speakers before they have a
+    transform. A Gaussian seen for under ``min_count`` frames keeps the SAT values."""
+    import kaldi_hmm_gmm as khg
+
+    moments = gaussian_moments(system, si_feats, alignments, posterior_feats=adapted)
+    first, means, variances = gaussians(system)
+    am = khg.AmDiagGmm()
+    am.copy_from_am_diag_gmm(system.am)
+    for pdf in range(am.num_pdfs):
+        at = slice(first[pdf], first[pdf + 1])
+        n = moments.n[at]
+        seen = n > min_count
+        if not seen.any():
+            continue
+        mean, var = means[at].copy(), variances[at].copy()
+        mean[seen] = moments.s[at][seen] / n[seen, None]
+        second = np.einsum("mii->mi", moments.ss[at][seen]) / n[seen, None]
+        var[seen] = np.maximum(second - mean[seen] ** 2, var_floor)
+        gmm = am.get_pdf(pdf)
+        gmm.set_invvars_and_means((1.0 / var).astype(np.float32), mean.astype(np.float32))
+        weights = np.where(seen, n, 0.0) + np.where(seen, 0.0, np.asarray(gmm.weights) * n.sum())
+        gmm.set_weights((weights / weights.sum()).astype(np.float32))
+        gmm.compute_gconsts()
+    return GmmSystem(system.lang, system.ctx_dep, system.trans_model, am)
+
+
+def align_adapted(
+    system: GmmSystem,
+    alimdl: GmmSystem,
+    si_feats: TransformedFeatures,
+    graphs: Mapping[str, Any],
+    cfg: GmmConfig,
+    *,
+    passes: int = 2,
+    silence_weight: float = 0.0,
+    where: str,
+    may_fail: frozenset[str] = frozenset(),
+) -> tuple[AlignResult, TransformedFeatures]:
+    """Kaldi's ``align_fmllr.sh``: align ``graphs`` with the speaker-independent ``alimdl``
+    on ``si_feats``, estimate each speaker's fMLLR transform for the SAT ``system`` from
+    that alignment, then ``passes`` times realign with ``system`` through the adapted
+    features and re-estimate (composed with the transform before). Returns the last
+    alignment and the adapted features (``speakers``: each speaker's transform)."""
+    adapted = TransformedFeatures(si_feats.base, si_feats.transform, context=si_feats.context)
+    result = align(alimdl, adapted, graphs, cfg, where=where, may_fail=may_fail)  # type: ignore[arg-type]
+    for _ in range(passes):
+        speakers = speaker_transforms(system, adapted, result.alignments, silence_weight=silence_weight)
+        adapted = TransformedFeatures(
+            si_feats.base, si_feats.transform, context=si_feats.context, speakers=speakers
+        )
+        result = align(system, adapted, graphs, cfg, where=where, may_fail=may_fail)  # type: ignore[arg-type]
+    return result, adapted
+
+
 def transforms_from_hypotheses(
     system: GmmSystem,
-    feats: TransformedFeatures,
+    alimdl: GmmSystem,
+    si_feats: TransformedFeatures,
     hypotheses: Mapping[str, str],
     cfg: GmmConfig,
     *,
@@ -308,17 +439,102 @@ def transforms_from_hypotheses(
     silence_weight: float = 0.0,
     where: str = "first-pass hypotheses",
 ) -> dict[str, np.ndarray]:
-    """Test speakers' fMLLR transforms for ``system`` (a SAT system) from their own audio
-    and the first pass's ``hypotheses`` only, never a reference: each pass aligns the
-    hypotheses with ``system`` through the features adapted so far and re-estimates every
-    speaker's transform (Kaldi's ``decode_fmllr.sh`` estimates from first-pass lattice
-    posteriors; a hypothesis' best alignment stands in for them here). Utterances whose
-    hypothesis is empty or cannot be aligned add nothing."""
+    """Test speakers' fMLLR transforms for the SAT ``system`` from their own audio and the
+    first pass's ``hypotheses`` only, never a reference: :func:`align_adapted` over the
+    hypotheses (Kaldi's ``decode_fmllr.sh`` estimates from first-pass lattice posteriors;
+    a hypothesis' best alignment stands in for them here). Utterances whose hypothesis is
+    empty or cannot be aligned add nothing."""
     usable = {u: text for u, text in hypotheses.items() if text.strip()}
     graphs = GraphCompiler(system).compile(usable, where=where, unknown_ok=True)
-    adapted = TransformedFeatures(feats.base, feats.transform, context=feats.context)
-    for _ in range(passes):
-        result = align(system, adapted, graphs, cfg, where=where, may_fail=frozenset(graphs))  # type: ignore[arg-type]
-        speakers = speaker_transforms(system, adapted, result.alignments, silence_weight=silence_weight)
-        adapted = TransformedFeatures(feats.base, feats.transform, context=feats.context, speakers=speakers)
+    _, adapted = align_adapted(
+        system,
+        alimdl,
+        si_feats,
+        graphs,
+        cfg,
+        passes=passes,
+        silence_weight=silence_weight,
+        where=where,
+        may_fail=frozenset(graphs),
+    )
     return adapted.speakers
+
+
+# ---------------------------------------------------------------- files
+
+
+#: A system dir's files of the speaker-adapted systems (Kaldi's names).
+FINAL_MAT, SPLICE_OPTS, TRANSFORMS, ALIMDL = "final.mat", "splice_opts", "trans.1", "final.alimdl"
+
+
+@dataclass
+class Adaptation:
+    """What a speaker-adapted system's features need besides MFCC + CMVN: the spliced
+    frames' ``transform`` (``final.mat``), ``context`` frames either side, each
+    speaker's fMLLR transform (``trans.1``) and the speaker-independent alignment model
+    (``final.alimdl``) of a SAT system."""
+
+    transform: np.ndarray
+    context: int = 3
+    speakers: dict[str, np.ndarray] = field(default_factory=dict)
+    alimdl: GmmSystem | None = None
+
+    @classmethod
+    def of(cls, feats: TransformedFeatures, alimdl: GmmSystem | None = None) -> Adaptation:
+        return cls(feats.transform, feats.context, dict(feats.speakers), alimdl)
+
+    def features(self, base: GmmFeatures, *, speakers: bool = True) -> TransformedFeatures:
+        """``base`` (MFCC + CMVN, no deltas) through the transforms; ``speakers=False``:
+        without the speakers' (the first pass's input)."""
+        return TransformedFeatures(
+            base, self.transform, context=self.context, speakers=self.speakers if speakers else None
+        )
+
+    def write(self, out_dir: Path) -> None:
+        """``final.mat``, ``splice_opts``, and for SAT ``trans.1`` (an archive of speaker ->
+        ``(D, D + 1)`` matrix) and ``final.alimdl``, in Kaldi's formats."""
+        from asrkit.data.io import atomic_write
+        from asrkit.gmm.model_io import write_model
+
+        write_matrix(out_dir / FINAL_MAT, self.transform)
+        atomic_write(out_dir / SPLICE_OPTS, f"--left-context={self.context} --right-context={self.context}\n")
+        if self.speakers:
+            write_ark(out_dir / TRANSFORMS, sorted(self.speakers.items()), kind="mat")
+        if self.alimdl is not None:
+            write_model(out_dir / ALIMDL, self.alimdl.trans_model, am_gmm=self.alimdl.am)
+
+    @classmethod
+    def read(cls, system_dir: Path, lang: Lang | None = None) -> Adaptation | None:
+        """A system dir's adaptation files; None for a system on MFCC + deltas (no
+        ``final.mat``). ``lang``: also read ``final.alimdl`` when there is one."""
+        from asrkit.data.kaldi_table import read_matrices
+
+        system_dir = Path(system_dir)
+        if not (system_dir / FINAL_MAT).is_file():
+            return None
+        opts = (system_dir / SPLICE_OPTS).read_text().split() if (system_dir / SPLICE_OPTS).is_file() else []
+        context = 3
+        for opt in opts:
+            if opt.startswith("--left-context="):
+                context = int(opt.split("=", 1)[1])
+        speakers = (
+            {
+                spk: np.asarray(m, dtype=np.float64)
+                for spk, m in read_matrices(f"ark:{system_dir / TRANSFORMS}")
+            }
+            if (system_dir / TRANSFORMS).is_file()
+            else {}
+        )
+        alimdl = None
+        if lang is not None and (system_dir / ALIMDL).is_file():
+            alimdl = GmmSystem.load(system_dir, lang, model=ALIMDL)
+        return cls(read_matrix(system_dir / FINAL_MAT), context, speakers, alimdl)
+
+
+def system_features(system_dir: Path, data_dir: Path) -> GmmFeatures | TransformedFeatures:
+    """The speaker-independent features a system dir's ``final.mdl`` (or ``final.alimdl``)
+    reads: MFCC + CMVN + deltas, or spliced through its ``final.mat``."""
+    adaptation = Adaptation.read(system_dir)
+    if adaptation is None:
+        return GmmFeatures(data_dir)
+    return adaptation.features(GmmFeatures(data_dir, delta_order=0), speakers=False)

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 
 from asrkit.errors import raise_all
 
+#: The kinds of triphone system (Kaldi's ``train_deltas.sh``, ``train_lda_mllt.sh``,
+#: ``train_sat.sh``).
+TRI_KINDS = ("deltas", "lda_mllt", "sat")
+
 #: Kaldi's train_mono.sh realignment schedule.
 MONO_REALIGN = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 23, 26, 29, 32, 35, 38]
 
@@ -24,6 +28,19 @@ class GmmConfig:
             tri2, ...: one entry each), the tied states (tree leaves), total Gaussians,
             rounds and realigning rounds. The last pass aligns the training data for the
             neural network.
+        tri_kinds: per triphone pass, its kind: ``deltas`` (MFCC + deltas, Kaldi's
+            ``train_deltas.sh``), ``lda_mllt`` (spliced MFCC through LDA + MLLT,
+            ``train_lda_mllt.sh``: writes ``final.mat``) or ``sat`` (per-speaker fMLLR on
+            the previous pass's LDA+MLLT features, ``train_sat.sh``: writes ``trans.*`` and
+            ``final.alimdl``; needs a ``lda_mllt`` or ``sat`` pass before it). Empty: every
+            pass is ``deltas``.
+        lda_dim / splice_context: LDA's output dimension and the frames spliced either side
+            of each (Kaldi: 40 and ±3).
+        mllt_rounds / fmllr_rounds: the (0-based) training rounds after which MLLT, or
+            every speaker's fMLLR transform, is re-estimated (Kaldi's ``mllt_iters`` 2 4 6 12
+            count from 1).
+        fmllr_silence_weight: the weight of silence frames in fMLLR statistics (Kaldi's
+            ``train_sat.sh``: 0).
         boost_silence: silence likelihood boost while aligning (Kaldi's 1.25 in
             ``train_mono.sh``/``align_si.sh``; 1.0 = off).
         beam / retry_beam: alignment beams; an utterance that fails ``beam`` is tried
@@ -41,6 +58,12 @@ class GmmConfig:
     tri_gauss: list[int] = field(default_factory=lambda: [3000])
     tri_iters: int = 35
     tri_realign: list[int] = field(default_factory=lambda: [10, 20, 30])
+    tri_kinds: list[str] = field(default_factory=list)
+    lda_dim: int = 40
+    splice_context: int = 3
+    mllt_rounds: list[int] = field(default_factory=lambda: [1, 3, 5, 11])
+    fmllr_rounds: list[int] = field(default_factory=lambda: [1, 5, 9])
+    fmllr_silence_weight: float = 0.0
     boost_silence: float = 1.25
     beam: float = 10.0
     retry_beam: float = 40.0
@@ -60,6 +83,24 @@ class GmmConfig:
                 f"gmm.tri_leaves ({self.tri_leaves}) and gmm.tri_gauss ({self.tri_gauss}) need one "
                 "entry per triphone pass each"
             )
+        if self.tri_kinds and len(self.tri_kinds) != len(self.tri_leaves):
+            problems.append(
+                f"gmm.tri_kinds ({self.tri_kinds}) needs one entry per triphone pass, as gmm.tri_leaves "
+                f"({self.tri_leaves}); or leave it empty (every pass deltas)"
+            )
+        unknown = [k for k in self.tri_kinds if k not in TRI_KINDS]
+        if unknown:
+            problems.append(f"gmm.tri_kinds: unknown {unknown}; each one of {', '.join(TRI_KINDS)}")
+        for k, kind in enumerate(self.tri_kinds):
+            if kind == "sat" and (k == 0 or self.tri_kinds[k - 1] == "deltas"):
+                problems.append(
+                    f"gmm.tri_kinds={self.tri_kinds}: a sat pass adapts LDA+MLLT features, so a lda_mllt "
+                    "(or sat) pass must come right before it (Kaldi: tri2 lda_mllt, tri3 sat)"
+                )
+        if self.lda_dim < 1 or self.splice_context < 0:
+            problems.append(f"gmm.lda_dim={self.lda_dim} must be >= 1 and gmm.splice_context >= 0")
+        if not 0 <= self.fmllr_silence_weight <= 1:
+            problems.append(f"gmm.fmllr_silence_weight={self.fmllr_silence_weight}: in [0, 1]")
         if any(n < 2 for n in self.tri_leaves):
             problems.append(f"gmm.tri_leaves={self.tri_leaves}: each pass needs at least 2 leaves")
         if not 0 <= self.max_fail < 1:
@@ -69,6 +110,11 @@ class GmmConfig:
         if self.nj < 1:
             problems.append(f"gmm.nj={self.nj}: at least 1")
         raise_all(problems)
+
+    @property
+    def kinds(self) -> list[str]:
+        """Each triphone pass's kind (``tri_kinds``, or ``deltas`` throughout)."""
+        return list(self.tri_kinds) or ["deltas"] * len(self.tri_leaves)
 
 
 @dataclass
@@ -91,6 +137,9 @@ class WfstConfig:
             ``log p(s|x) - prior_scale * log p(s)`` (Kaldi nnet1's ``--prior-scale``;
             1 divides by the priors in full, 0 decodes the posteriors themselves).
         nj: decoding jobs (forked processes sharing the graph; Kaldi's ``--nj``).
+        first_pass: (LM weight, word penalty) of a SAT system's speaker-independent first
+            pass (its ``final.alimdl``), whose hypotheses the test speakers' fMLLR transforms
+            are estimated from (Kaldi's ``decode_fmllr.sh`` takes acoustic scale 1/12).
         graph: the graph dir the hybrid model decodes through (``HCLG.fst``,
             ``words.txt``); empty: the last GMM system's (``gmm/<system>/graph``). A Kaldi
             graph dir (``exp/tri3/graph``) works too, for a model trained on that system's
@@ -111,6 +160,7 @@ class WfstConfig:
     prior_floor: float = 1e-10
     prior_scale: float = 1.0
     nj: int = 2
+    first_pass: list[float] = field(default_factory=lambda: [12.0, 0.0])
     graph: str = ""
 
     def check(self) -> None:
@@ -123,6 +173,8 @@ class WfstConfig:
             problems.append("wfst.word_penalties: at least one value (0.0 for none)")
         if self.nj < 1:
             problems.append(f"wfst.nj={self.nj}: at least 1 decoding job")
+        if len(self.first_pass) != 2 or self.first_pass[0] <= 0:
+            problems.append(f"wfst.first_pass={self.first_pass}: [LM weight > 0, word penalty]")
         if not 0 < self.prior_floor < 1:
             problems.append(f"wfst.prior_floor={self.prior_floor}: in (0, 1)")
         if not 0 <= self.prior_scale <= 1:

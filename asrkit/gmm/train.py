@@ -82,11 +82,12 @@ class GmmSystem:
         shutil.copyfile(self.lang.path / "phones.txt", out_dir / "phones.txt")
 
     @classmethod
-    def load(cls, exp_dir: Path, lang: Lang) -> GmmSystem:
-        model = read_model(exp_dir / "final.mdl")
-        if model.am_gmm is None:
-            raise DataError(f"{exp_dir / 'final.mdl'}: holds no GMM ({model.followed_by}); not a GMM exp dir")
-        return cls(lang, read_tree(exp_dir / "tree"), model.transition_model(), model.am_gmm)
+    def load(cls, exp_dir: Path, lang: Lang, *, model: str = "final.mdl") -> GmmSystem:
+        """A GMM exp dir's ``model`` (``final.mdl``; a SAT dir's ``final.alimdl``) and tree."""
+        read = read_model(Path(exp_dir) / model)
+        if read.am_gmm is None:
+            raise DataError(f"{Path(exp_dir) / model}: holds no GMM ({read.followed_by}); not a GMM exp dir")
+        return cls(lang, read_tree(Path(exp_dir) / "tree"), read.transition_model(), read.am_gmm)
 
     def log_likelihoods(self, feats: np.ndarray) -> np.ndarray:
         """``(T, num_pdfs)`` GMM log-likelihoods of ``feats`` ``(T, D)``."""
@@ -534,16 +535,24 @@ def train_triphone(
 
 
 def write_alignment_dir(
-    out_dir: Path, system: GmmSystem, result: AlignResult, *, extra: dict | None = None
+    out_dir: Path,
+    system: GmmSystem,
+    result: AlignResult,
+    *,
+    extra: dict | None = None,
+    files: Callable[[Path], None] | None = None,
 ) -> None:
     """A Kaldi GMM exp/ali dir: ``final.mdl``, ``tree``, ``ali.1.gz`` (transition ids),
-    ``num_jobs``, ``phones.txt`` and ``align.json`` (counts), replaced as a whole."""
+    ``num_jobs``, ``phones.txt`` and ``align.json`` (counts), replaced as a whole;
+    ``files(dir)`` writes any more (a speaker-adapted system's transforms)."""
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         system.save(tmp)
+        if files is not None:
+            files(tmp)
         ark = tmp / "ali.1.ark"
         write_ark(
             ark,

@@ -32,6 +32,7 @@ from asrkit.errors import DataError
 
 __all__ = [
     "FmllrStats",
+    "GaussianMoments",
     "LdaStats",
     "MlltStats",
     "apply_affine",
@@ -133,6 +134,42 @@ def estimate_lda(stats: LdaStats, dim: int, *, floor: float = 1e-6) -> np.ndarra
     return vectors[:, order].T @ inverse
 
 
+# ---------------------------------------------------------------- per-Gaussian moments
+
+
+@dataclass
+class GaussianMoments:
+    """Frames' statistics per Gaussian, weighted by their posteriors: occupancy ``n``
+    ``(M,)``, first order ``s`` ``(M, D)`` and second order ``ss`` ``(M, D, D)``. MLLT's
+    and fMLLR's statistics are linear in them, so a system's frames are summed per
+    Gaussian first (cheap) and turned into those statistics once."""
+
+    n: np.ndarray
+    s: np.ndarray
+    ss: np.ndarray
+
+    @classmethod
+    def zeros(cls, gaussians: int, dim: int) -> GaussianMoments:
+        return cls(np.zeros(gaussians), np.zeros((gaussians, dim)), np.zeros((gaussians, dim, dim)))
+
+    @classmethod
+    def of(cls, feats: np.ndarray, posteriors: np.ndarray) -> GaussianMoments:
+        """The moments of frames ``(T, D)`` with posteriors ``(T, M)``."""
+        out = cls.zeros(posteriors.shape[1], feats.shape[1])
+        out.add(np.arange(posteriors.shape[1]), feats, posteriors)
+        return out
+
+    def add(self, gaussians: np.ndarray, feats: np.ndarray, posteriors: np.ndarray) -> None:
+        """Frames ``(T, D)`` with posteriors ``(T, k)`` over the Gaussians numbered
+        ``gaussians`` ``(k,)``."""
+        x = np.asarray(feats, dtype=np.float64)
+        post = np.asarray(posteriors, dtype=np.float64)
+        self.n[gaussians] += post.sum(axis=0)
+        self.s[gaussians] += post.T @ x
+        for j, g in enumerate(gaussians):
+            self.ss[g] += (x * post[:, j : j + 1]).T @ x
+
+
 # ---------------------------------------------------------------- MLLT
 
 
@@ -153,13 +190,22 @@ class MlltStats:
     ) -> None:
         """Frames ``(T, D)`` with their posteriors ``(T, M)`` over diagonal Gaussians of
         ``means`` and ``variances`` ``(M, D)``."""
-        x = np.asarray(feats, dtype=np.float64)
-        for m in np.flatnonzero(posteriors.sum(axis=0) > 0):
-            gamma = posteriors[:, m]
-            diff = x - means[m]
-            outer = (diff * gamma[:, None]).T @ diff
-            self.g += outer[None, :, :] / variances[m][:, None, None]
-            self.beta += gamma.sum()
+        self.add_moments(GaussianMoments.of(feats, posteriors), means, variances)
+
+    def add_moments(self, moments: GaussianMoments, means: np.ndarray, variances: np.ndarray) -> None:
+        """Per-Gaussian moments (:class:`GaussianMoments`) of the frames around ``means``."""
+        used = moments.n > 0
+        n, s, mu = moments.n[used], moments.s[used], np.asarray(means, dtype=np.float64)[used]
+        # sum_t gamma (x - mu)(x - mu)' = S - mu s' - s mu' + n mu mu'
+        cross = mu[:, :, None] * s[:, None, :]
+        centred = (
+            moments.ss[used]
+            - cross
+            - cross.transpose(0, 2, 1)
+            + n[:, None, None] * (mu[:, :, None] * mu[:, None, :])
+        )
+        self.g += np.einsum("mi,mjk->ijk", 1.0 / np.asarray(variances, dtype=np.float64)[used], centred)
+        self.beta += float(n.sum())
 
 
 def _cofactor_row(a: np.ndarray, i: int) -> np.ndarray:
@@ -220,18 +266,24 @@ class FmllrStats:
     ) -> None:
         """Frames ``(T, D)`` (the features the transform will apply to) with posteriors
         ``(T, M)`` over diagonal Gaussians of ``means`` and ``variances`` ``(M, D)``."""
-        x = np.hstack([np.asarray(feats, dtype=np.float64), np.ones((feats.shape[0], 1))])
-        occupancy = posteriors.sum(axis=0)
-        self.beta += float(occupancy.sum())
-        inv_var = 1.0 / variances
-        # sum_t gamma_tm x+_t: (M, D + 1); weighted outer products summed per dimension.
-        first = posteriors.T @ x
-        self.k += (means * inv_var).T @ first
-        # G[i] = sum_m inv_var[m, i] sum_t gamma_tm x+ x+'; the inner sum per Gaussian.
-        for m in np.flatnonzero(occupancy > 0):
-            weighted = x * posteriors[:, m][:, None]
-            outer = weighted.T @ x
-            self.g += inv_var[m][:, None, None] * outer[None, :, :]
+        self.add_moments(GaussianMoments.of(feats, posteriors), means, variances)
+
+    def add_moments(self, moments: GaussianMoments, means: np.ndarray, variances: np.ndarray) -> None:
+        """Per-Gaussian moments (:class:`GaussianMoments`) of the features the transform will
+        apply to."""
+        used = moments.n > 0
+        n, s, ss = moments.n[used], moments.s[used], moments.ss[used]
+        inv_var = 1.0 / np.asarray(variances, dtype=np.float64)[used]
+        dim = self.dim
+        # The moments of x+ = [x; 1]: [[S, s], [s', n]] and [s; n].
+        first = np.hstack([s, n[:, None]])
+        second = np.empty((len(n), dim + 1, dim + 1))
+        second[:, :dim, :dim] = ss
+        second[:, :dim, dim] = second[:, dim, :dim] = s
+        second[:, dim, dim] = n
+        self.k += (np.asarray(means, dtype=np.float64)[used] * inv_var).T @ first
+        self.g += np.einsum("mi,mjk->ijk", inv_var, second)
+        self.beta += float(n.sum())
 
 
 def fmllr_objective(w: np.ndarray, stats: FmllrStats) -> float:

@@ -85,10 +85,11 @@ def gmm(ctx: StageContext) -> None:
     from dataclasses import replace
 
     from asrkit.data.perturb import original_only, perturbed_factors
+    from asrkit.gmm.adapt import Adaptation, TransformedFeatures, align_adapted, system_features
     from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
     from asrkit.gmm.lang import UNK_PHONE, UNK_WORD, prepare_lang
     from asrkit.gmm.pipeline import train_systems
-    from asrkit.gmm.train import GraphCompiler, align, write_alignment_dir
+    from asrkit.gmm.train import AlignResult, GraphCompiler, align, write_alignment_dir
     from asrkit.targets.phones import read_pronunciations
 
     cfg = ctx.cfg.gmm
@@ -126,24 +127,43 @@ def gmm(ctx: StageContext) -> None:
     trained = train_systems(lang, feats, texts, cfg, seed=ctx.cfg.seed, where=where, out_dir=root)
     timings.update({name: round(seconds, 1) for name, seconds in trained.seconds.items()})
     system, result = trained.final, trained.last
-    assert result is not None
-    if len(texts) < len(all_texts):
+    assert result is not None and trained.features is not None
+    last = system_names(ctx)[-1]
+    adaptation = trained.adaptations.get(last)
+    si_feats = trained.features
+
+    def align_set(name: str, texts_: Mapping[str, str], result_: AlignResult | None, **kw: object) -> None:
+        """Align a set with the last system (a SAT system: each speaker's transform
+        estimated first, as Kaldi's align_fmllr.sh) and write ``ali_<name>/``."""
         began = time.monotonic()
-        graphs = GraphCompiler(system).compile(all_texts, where=where)
-        result = align(system, feats, graphs, cfg, where=str(ctx.data_root / train_set))
-        timings[f"align_{train_set}"] = round(time.monotonic() - began, 1)
-    write_alignment_dir(root / f"ali_{train_set}", system, result)
-    began = time.monotonic()
-    dev_feats = GmmFeatures(root / "data" / dev_set)
+        data_where = str(ctx.data_root / name)
+        feats_ = si_feats if name == train_set else system_features(root / last, root / "data" / name)
+        graphs = GraphCompiler(system).compile(texts_, where=str(ctx.data_root / name / "text"), **kw)  # type: ignore[arg-type]
+        may_fail = frozenset(u for u, t in texts_.items() if any(w not in lang.words for w in t.split()))
+        files = adaptation.write if adaptation is not None else None
+        if result_ is None and adaptation is not None and adaptation.alimdl is not None:
+            assert isinstance(feats_, TransformedFeatures)
+            result_, adapted = align_adapted(
+                system,
+                adaptation.alimdl,
+                feats_,
+                graphs,
+                cfg,
+                silence_weight=cfg.fmllr_silence_weight,
+                where=data_where,
+                may_fail=may_fail,
+            )
+            files = Adaptation.of(adapted, adaptation.alimdl).write
+        elif result_ is None:
+            result_ = align(system, feats_, graphs, cfg, where=data_where, may_fail=may_fail)  # type: ignore[arg-type]
+        write_alignment_dir(root / f"ali_{name}", system, result_, files=files)
+        timings[f"align_{name}"] = round(time.monotonic() - began, 1)
+
+    # The alignment from training serves when it covered every utterance (with the
+    # training speakers' transforms, for SAT).
+    align_set(train_set, all_texts, result if len(texts) == len(all_texts) else None)
     dev_texts = read_data_dir(root / "data" / dev_set).text or {}
-    dev_where = str(ctx.data_root / dev_set / "text")
-    dev_graphs = GraphCompiler(system).compile(dev_texts, where=dev_where, unknown_ok=True)
-    with_unknown = frozenset(u for u, t in dev_texts.items() if any(w not in lang.words for w in t.split()))
-    dev_result = align(
-        system, dev_feats, dev_graphs, cfg, where=str(ctx.data_root / dev_set), may_fail=with_unknown
-    )
-    write_alignment_dir(root / f"ali_{dev_set}", system, dev_result)
-    timings["align_dev"] = round(time.monotonic() - began, 1)
+    align_set(dev_set, dev_texts, None, unknown_ok=True)
     atomic_write(root / "timings.json", json.dumps(timings, indent=2) + "\n")
     log.info("GMM stage timings (s): %s", timings)
 
@@ -239,6 +259,9 @@ def gmm_decode(ctx: StageContext) -> None:
             sample_rate=ctx.cfg.features.sample_rate,
             graph=root / system_name / "graph",
             transitions=root / system_name / "final.mdl",
+            system_dir=root / system_name,
+            first_pass=tuple(ctx.cfg.wfst.first_pass),  # type: ignore[arg-type]
+            adapt=ctx.cfg.gmm,
             nj=ctx.cfg.wfst.nj,
         )
         prepared: dict[str, Prepared] = {}
@@ -250,8 +273,29 @@ def gmm_decode(ctx: StageContext) -> None:
             prepared=prepared,
             record_dir=root / system_name,
         )
+        _first_passes(ctx, root / system_name, prepared)
         _rtf(timings, f"{system_name}_", prepared)
     atomic_write(root / "decode_timings.json", json.dumps(timings, indent=2) + "\n")
+
+
+def _first_passes(ctx: StageContext, system_dir: Path, prepared: Mapping[str, Prepared]) -> None:
+    """A SAT system's two-pass decoding, as Kaldi leaves it: each set's test speakers'
+    transforms in ``decode_<set>/trans.1`` and the speaker-independent first pass scored in
+    ``decode_<set>.si/``."""
+    from asrkit.data.kaldi_ark import write_ark
+    from asrkit.decoding.decoder import write_and_score
+    from asrkit.stages.common import report
+
+    sets = dict(decode_targets(ctx))
+    for name, done in prepared.items():
+        if "speakers" not in done.extra or name not in sets:
+            continue
+        write_ark(
+            _decode_dir(system_dir, name) / "trans.1", sorted(done.extra["speakers"].items()), kind="mat"
+        )
+        folder = system_dir / f"decode_{name}.si"
+        line = write_and_score(done.extra["first_pass"], sets[name], folder)
+        report(name, f"{system_dir.name} speaker-independent first pass", line, folder)
 
 
 def _hybrid_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:

@@ -655,70 +655,70 @@ def test_bad_hybrid_input(
 # ---------------------------------------------------------------- speaker-adapted systems
 
 
-def test_lda_mllt_and_sat_train_on_the_fixture_and_test_speakers_adapt_from_hypotheses_only(
-    hybrid: Hybrid, caplog: pytest.LogCaptureFixture, tmp_path: Path
-) -> None:
-    """tri2 (LDA+MLLT) from tri1's alignment and tri3 (SAT) from tri2's, a few rounds each
-    on the fixture's 120 utterances; then the test speakers' transforms from hypotheses:
-    the same for any reference text, since none is read."""
-    from dataclasses import replace
+ADAPTED = (
+    "gmm.tri_kinds=[deltas,lda_mllt,sat]",
+    "gmm.tri_leaves=[150,100,100]",
+    "gmm.tri_gauss=[500,300,300]",
+    "gmm.tri_iters=4",
+    "gmm.lda_dim=20",
+    "gmm.mllt_rounds=[1,2]",
+    "gmm.fmllr_rounds=[1]",
+)
 
-    from asrkit.gmm.adapt import TransformedFeatures, train_lda_mllt, train_sat, transforms_from_hypotheses
-    from asrkit.gmm.lang import load_lang
-    from asrkit.gmm.train import GmmSystem
+
+def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_reference(
+    hybrid: Hybrid, tmp_path: Path
+) -> None:
+    """tri2 (LDA+MLLT) and tri3 (SAT) as steps of the GMM stage, a few rounds each on the
+    fixture's 120 utterances: Kaldi's files (``final.mat``, ``trans.1``, ``final.alimdl``),
+    alignments with the speakers' transforms, and two-pass decoding whose test speakers'
+    transforms come from the first pass: the same hypotheses and transforms for any
+    reference text, since none is read."""
+    from asrkit.data.kaldi_table import read_matrices
     from asrkit.gmm.transforms import read_matrix, write_matrix
 
-    lang = load_lang(hybrid.gmm / "lang")
-    tri1 = GmmSystem.load(hybrid.gmm / "tri1", lang)
-    base = GmmFeatures(hybrid.gmm / "data" / "train", delta_order=0)
-    texts = read_data_dir(hybrid.gmm / "data" / "train").text
-    assert texts is not None
-    ali = {u: a.tolist() for u, a in read_alignments(str(hybrid.gmm / "tri1" / "ali.1.gz")).items()}
-    cfg = replace(GmmConfig(), nj=1, tri_iters=4, tri_realign=[2])
-    with caplog.at_level(logging.INFO, logger="asrkit.gmm.adapt"):
-        tri2, result2, feats2 = train_lda_mllt(
-            lang,
-            base,
-            texts,
-            tri1,
-            ali,
-            cfg,
-            num_leaves=100,
-            num_gauss=300,
-            dim=20,
-            mllt_rounds=(1, 2),
-            seed=2,
-        )
-    assert feats2.transform.shape == (20, 13 * 7) and tri2.am.dim == 20
-    assert sum("MLLT after round" in r.message for r in caplog.records) == 2
-    assert len(result2.alignments) >= 0.9 * len(texts)
-    write_matrix(hybrid.root / "final.mat", feats2.transform)
-    np.testing.assert_array_equal(read_matrix(hybrid.root / "final.mat"), feats2.transform.astype(np.float32))
-    tri3, result3, adapted = train_sat(
-        lang,
-        feats2,
-        texts,
-        tri2,
-        result2.alignments,
-        cfg,
-        num_leaves=100,
-        num_gauss=300,
-        fmllr_rounds=(1,),
-        seed=3,
-    )
-    speakers = set(read_data_dir(hybrid.gmm / "data" / "train").utt2spk.values())
-    assert set(adapted.speakers) <= speakers and len(adapted.speakers) >= len(speakers) // 2
-    assert all(w.shape == (20, 21) for w in adapted.speakers.values())
-    assert len(result3.alignments) >= 0.9 * len(texts)
-    test = TransformedFeatures(GmmFeatures(hybrid.gmm / "data" / "test", delta_order=0), feats2.transform)
-    hyps = dict(read_kaldi_map(hybrid.gmm / "tri1" / "decode_test" / "hyp", allow_empty_value=True))
-    first = transforms_from_hypotheses(tri3, test, hyps, cfg)
-    # The same set with wrong references: the transforms cannot change, none is read.
-    wrong = tmp_path / "test_wrong"
-    shutil.copytree(hybrid.gmm / "data" / "test", wrong)
-    (wrong / "text").write_text("".join(f"{u} WRONG WORDS\n" for u in hyps))
-    misled = TransformedFeatures(GmmFeatures(wrong, delta_order=0), feats2.transform)
-    again = transforms_from_hypotheses(tri3, misled, hyps, cfg)
-    assert first.keys() == again.keys() and first
-    for speaker in first:
-        np.testing.assert_array_equal(first[speaker], again[speaker])
+    exp = tmp_path / "exp"
+    shutil.copytree(hybrid.exp / "lang", exp / "lang")  # stage 3's LM
+    result = run_cli(*_stages(4, 5, *_args(hybrid.root, *ADAPTED, exp=exp)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    gmm = exp / "gmm"
+    assert sum("MLLT after round" in line for line in result.stderr.splitlines()) == 2
+    speakers = set(read_data_dir(hybrid.data / "train").utt2spk.values())
+    for name in ("tri2", "tri3", "ali_train", "ali_train_dev"):
+        folder = gmm / name
+        matrix = read_matrix(folder / "final.mat")
+        assert matrix.shape == (20, 13 * 7), name
+        write_matrix(tmp_path / "final.mat", matrix)  # read back bitwise
+        assert (tmp_path / "final.mat").read_bytes() == (folder / "final.mat").read_bytes(), name
+        assert (folder / "splice_opts").read_text().split() == ["--left-context=3", "--right-context=3"]
+        assert read_model(folder / "final.mdl").am_gmm.dim == 20, name
+    assert not (gmm / "tri2" / "trans.1").exists() and not (gmm / "tri2" / "final.alimdl").exists()
+    for name, data in (("tri3", "train"), ("ali_train", "train"), ("ali_train_dev", "train_dev")):
+        transforms = dict(read_matrices(f"ark:{gmm / name / 'trans.1'}"))
+        own = set(read_data_dir(hybrid.data / data).utt2spk.values())
+        assert set(transforms) <= own and len(transforms) >= len(own) // 2, name
+        assert all(w.shape == (20, 21) for w in transforms.values()), name
+        alimdl = read_model(gmm / name / "final.alimdl")
+        assert alimdl.num_pdfs == read_model(gmm / name / "final.mdl").num_pdfs, name
+    assert set(dict(read_matrices(f"ark:{gmm / 'tri3' / 'trans.1'}"))) <= speakers
+    # Two-pass decoding: the speaker-independent first pass and the adapted second.
+    for name in ("train_dev", "test"):
+        assert _wer(gmm / "tri3" / f"decode_{name}" / "scoring" / "wer") < 90.0
+        assert (gmm / "tri3" / f"decode_{name}.si" / "hyp").is_file()
+        assert dict(read_matrices(f"ark:{gmm / 'tri3' / f'decode_{name}' / 'trans.1'}"))
+    record = json.loads((gmm / "tri3" / "decoders" / "gmm.json").read_text())
+    assert record["settings"]["first_pass"] == [12.0, 0.0]
+    # The same sets with wrong references (the test set's in the recipe data and the GMM
+    # data dir): the test hypotheses and transforms cannot change.
+    wrong_data, wrong_exp = tmp_path / "data_wrong", tmp_path / "exp_wrong"
+    shutil.copytree(hybrid.data, wrong_data)
+    shutil.copytree(exp, wrong_exp)
+    for text in (wrong_data / "test" / "text", wrong_exp / "gmm" / "data" / "test" / "text"):
+        text.write_text("".join(f"{line.split()[0]} WRONG WORDS\n" for line in text.read_text().splitlines()))
+    shutil.rmtree(wrong_exp / "gmm" / "tri3" / "decode_test")
+    result = run_cli(*_stages(5, 5, *_args(hybrid.root, *ADAPTED, data=wrong_data, exp=wrong_exp)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    for file in ("hyp", "trans.1"):
+        right = (gmm / "tri3" / "decode_test" / file).read_bytes()
+        assert (wrong_exp / "gmm" / "tri3" / "decode_test" / file).read_bytes() == right, file
+    assert _wer(wrong_exp / "gmm" / "tri3" / "decode_test" / "scoring" / "wer") >= 100.0
