@@ -327,6 +327,16 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "optim.base_batch": 0,
     "optim.lr_scaling": "linear",
     "schedule.warmup_epochs": 0.0,
+    # The speaker-adapted GMM systems and the open vocabulary (2026-11-28): off by default.
+    "gmm.tri_kinds": [],
+    "gmm.lda_dim": 40,
+    "gmm.splice_context": 3,
+    "gmm.mllt_rounds": [1, 3, 5, 11],
+    "gmm.fmllr_rounds": [1, 5, 9],
+    "gmm.fmllr_silence_weight": 0.0,
+    "wfst.first_pass": [12.0, 0.0],
+    "lm.general_words": 0,
+    "lm.general_weights": [0.02, 0.05, 0.1, 0.2, 0.3],
 }
 
 

@@ -56,7 +56,9 @@ def system_names(ctx: StageContext) -> list[str]:
 
 
 def _lexicon_path(ctx: StageContext) -> str:
-    path = ctx.cfg.tokenizer.lexicon or ctx.cfg.data.lexicon
+    from asrkit.stages.lang import pronunciation_lexicon
+
+    path = pronunciation_lexicon(ctx)
     if not path:
         raise ConfigError(
             "pipeline=hybrid needs a pronunciation lexicon: set data.lexicon (or tokenizer.lexicon) "
@@ -75,7 +77,7 @@ def _gmm_sets(ctx: StageContext) -> list[str]:
     "GMM-HMM systems (lang dir, MFCC+deltas, monophone, triphones) and the last one's "
     "alignments of the training and dev sets in gmm/",
     uses=("gmm", "data", "tokenizer", "features", "seed"),
-    needs=(1,),
+    needs=(1, 3),  # stage 3's open lexicon, with lm.general_words
     pipelines=("hybrid",),
     outputs=lambda ctx: [
         gmm_dir(ctx) / f"ali_{s}" / "ali.1.gz" for s in (ctx.cfg.data.train_set, ctx.cfg.data.dev_set)
