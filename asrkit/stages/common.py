@@ -193,3 +193,16 @@ def report(name: str, method: str, line: str | None, out_dir: Path) -> None:
     else:
         log.info("%s (%s): %s (%s)", name, method, line, out_dir / "scoring" / "wer")
         print(f"{name}: {line}" if method == "greedy" else f"{name} ({method}): {line}", flush=True)
+
+
+#: The corpus lexicon with the general words' pronunciations (``lm.general_words``).
+OPEN_LEXICON = "lexicon_open.txt"
+
+
+def pronunciation_lexicon(ctx: StageContext) -> str:
+    """The pronunciation lexicon words are spelled from: stage 3's ``lang/lexicon_open.txt``
+    with an open vocabulary, else ``tokenizer.lexicon`` or ``data.lexicon`` (may be empty)."""
+    path = ctx.exp_dir / "lang" / OPEN_LEXICON
+    if ctx.cfg.lm.general_words and path.is_file():
+        return str(path)
+    return ctx.cfg.tokenizer.lexicon or ctx.cfg.data.lexicon

@@ -34,7 +34,14 @@ from asrkit.data.io import atomic_write
 from asrkit.decoding.decoder import Prepared
 from asrkit.errors import ConfigError, DataError
 from asrkit.learner import alignment_source
-from asrkit.stages.common import decode_targets, show_decoded, stage_recognizer, tune_and_decode, tune_target
+from asrkit.stages.common import (
+    decode_targets,
+    pronunciation_lexicon,
+    show_decoded,
+    stage_recognizer,
+    tune_and_decode,
+    tune_target,
+)
 from asrkit.stages.registry import StageContext, stage
 
 if TYPE_CHECKING:
@@ -56,8 +63,6 @@ def system_names(ctx: StageContext) -> list[str]:
 
 
 def _lexicon_path(ctx: StageContext) -> str:
-    from asrkit.stages.lang import pronunciation_lexicon
-
     path = pronunciation_lexicon(ctx)
     if not path:
         raise ConfigError(

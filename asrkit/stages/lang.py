@@ -26,7 +26,7 @@ from asrkit.decoding.beam import lexicon_words, spell, write_lexicon
 from asrkit.errors import ConfigError, DataError
 from asrkit.lm.ngram import NGramLM, estimate_kneser_ney, write_arpa
 from asrkit.lm.vocab import cmu_pronunciations, general_words, log_perplexity, pick_weight
-from asrkit.stages.common import resolve_sets
+from asrkit.stages.common import OPEN_LEXICON, resolve_sets
 from asrkit.stages.registry import StageContext, stage
 from asrkit.targets.phones import read_pronunciations
 from asrkit.targets.tokenizer import Tokenizer, train_tokenizer
@@ -116,19 +116,6 @@ def lang(ctx: StageContext) -> None:
         lang_dir / "lm.arpa",
         *perplexity(lm, dev, vocabulary),
     )
-
-
-#: The corpus lexicon with the general words' pronunciations (``lm.general_words``).
-OPEN_LEXICON = "lexicon_open.txt"
-
-
-def pronunciation_lexicon(ctx: StageContext) -> str:
-    """The pronunciation lexicon words are spelled from: stage 3's ``lang/lexicon_open.txt``
-    with an open vocabulary, else ``tokenizer.lexicon`` or ``data.lexicon`` (may be empty)."""
-    path = ctx.exp_dir / "lang" / OPEN_LEXICON
-    if ctx.cfg.lm.general_words and path.is_file():
-        return str(path)
-    return ctx.cfg.tokenizer.lexicon or ctx.cfg.data.lexicon
 
 
 def _open_vocabulary(ctx: StageContext, words: set[str]) -> tuple[dict[str, float], Path | None]:
