@@ -6,7 +6,16 @@ sclite outputs), :mod:`asrkit.stages` (numbered recipe stages) and
 :mod:`asrkit.cli` (the ``asrkit`` command).
 """
 
+import os
+
 __version__ = "0.1.0"
+
+# numpy's OpenBLAS threads: asrkit's numpy work is many small products (a GMM system's
+# features through LDA+MLLT and fMLLR, 40-dim statistics), which threads slow down: 300
+# utterances' (240 x 91) @ (91 x 40) took 4.9 s with OpenBLAS's threads on a busy 2-core
+# machine and 0.1 s with one. Its parallel work is the alignment and decoding jobs
+# (gmm.nj, wfst.nj). Read when numpy loads, so set before it does; a user's setting wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _protect_main_thread() -> None:
