@@ -157,6 +157,9 @@ class LearnerParts:
     #: The checkpoints' ``meta`` but for the model's own arguments (:meth:`meta_for`).
     meta: dict[str, Any]
     frame_shift: tuple[float, float]
+    #: The network's input dimension (the features', plus the fMLLR features' with
+    #: ``align.fmllr``; 0: ``features.dim``).
+    input_dim: int = 0
 
     def meta_for(self, model: LSTMAcousticModel) -> dict[str, Any]:
         """What checkpoints of ``model`` carry to rebuild and use it without a config."""
@@ -165,7 +168,9 @@ class LearnerParts:
     def new_model(self, *, log_it: bool = False) -> LSTMAcousticModel:
         """A freshly initialised model (from the global RNG; ``train.init_from`` copied in)."""
         cfg = self.cfg
-        model = build_model(self.model_cfg, input_dim=cfg.features.dim, num_tokens=self.tokenizer.num_tokens)
+        model = build_model(
+            self.model_cfg, input_dim=self.input_dim or cfg.features.dim, num_tokens=self.tokenizer.num_tokens
+        )
         if cfg.train.init_from:
             copied = init_from(model, cfg.train.init_from)
             if log_it:
@@ -232,6 +237,13 @@ def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it
             f"{exp_dir / 'tokenizer'} holds a {tokenizer.kind} tokenizer but tokenizer.kind="
             f"{cfg.tokenizer.kind}; run stage 3 again (--stage 3) to build the config's units"
         )
+    dim = cfg.features.dim
+    if cfg.align.fmllr:
+        # The joined fbank + fMLLR features the training stage wrote (asrkit.gmm.nnet_input).
+        from asrkit.gmm.nnet_input import fmllr_data_root, fmllr_dim
+
+        data_root = fmllr_data_root(exp_dir)
+        dim += fmllr_dim(Path(alignment_source(cfg, exp_dir, "train")))
     train_dir, dev_dir = data_root / cfg.data.train_set, data_root / cfg.data.dev_set
     stats = None
     if cfg.features.cmvn == "global":
@@ -241,7 +253,6 @@ def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it
             with atomic_writer(exp_dir / "cmvn_global.ark", "wb") as out:
                 out.write((train_dir / "cmvn_global.ark").read_bytes())
     normalize = CmvnNormalizer(cfg.features.cmvn, global_stats=stats, norm_vars=cfg.features.norm_vars)
-    dim = cfg.features.dim
     # Metadata only: features are read batch by batch as training uses them (or, with
     # train.in_memory, all at once here).
     train_set: UtteranceSource = open_data_dir(train_dir, normalize, tokenizer=tokenizer, input_dim=dim)
@@ -268,6 +279,7 @@ def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it
         "units": tokenizer.signature(),
         "objective": cfg.objective,
         "decode_head": objective.decodes_from,
+        "fmllr": cfg.align.fmllr,
     }
     return LearnerParts(
         cfg,
@@ -278,6 +290,7 @@ def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it
         objective,
         meta,
         (read_frame_shift(train_dir), read_frame_shift(dev_dir)),
+        dim,
     )
 
 

@@ -95,6 +95,7 @@ def bench_parts(
             like.objective,
             like.meta,
             like.frame_shift,
+            like.input_dim,
         )
     return LearnerParts(
         cfg,

@@ -258,6 +258,12 @@ class HybridDecoder(HclgDecoder):
         return self._prepared(self.recognizer.open_set(data_dir))
 
     def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
+        if self.recognizer.meta.get("fmllr"):
+            raise ConfigError(
+                f"{where}: {self.recognizer.model_file} reads fbank joined with fMLLR features "
+                "(align.fmllr), whose speaker transforms come from the GMM system's first pass; "
+                "decode such a model's sets with its recipe's stage 7"
+            )
         return self._prepared(self.recognizer.audio_source(samples, rate, utt=utt, where=where))
 
     def _prepared(self, utts: UtteranceSource) -> Prepared:

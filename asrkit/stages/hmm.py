@@ -365,10 +365,21 @@ def hybrid_decode(ctx: StageContext) -> None:
         nj=ctx.cfg.wfst.nj,
     )
     prepared: dict[str, Prepared] = {}
+
+    def network_input(target: tuple[str, Path]) -> tuple[str, Path]:
+        """A set as the network reads it: with align.fmllr, its joined fbank + fMLLR
+        features (the speakers' transforms from the SAT system's two-pass decoding)."""
+        if not ctx.cfg.align.fmllr:
+            return target
+        from asrkit.gmm.nnet_input import write_decoding_input
+
+        name, data_dir = target
+        return name, write_decoding_input(ctx.exp_dir, data_dir, name, last)
+
     tune_and_decode(
         decoder,
-        tune=lambda: tune_target(ctx),
-        targets=decode_targets(ctx),
+        tune=lambda: network_input(tune_target(ctx)),
+        targets=[network_input(t) for t in decode_targets(ctx)],
         out_dir=lambda name: ctx.exp_dir / f"decode_hybrid_{name}",
         prepared=prepared,
         record_dir=ctx.exp_dir,  # what asrkit transcribe decodes with

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from asrkit.device import pick_device
 from asrkit.distributed.launch import context_from_env, launch_learners, under_torchrun
@@ -55,6 +56,19 @@ def train(ctx: StageContext) -> None:
     if ctx.cfg.objective == "ce":
         # Before any learner starts: they all read the tokenizer this may copy.
         adopt_alignment_tokenizer(alignment_source(ctx.cfg, ctx.exp_dir, "train"), ctx.exp_dir)
+    if ctx.cfg.align.fmllr and not under_torchrun():
+        # Before any learner starts: they all read the joined fbank + fMLLR features.
+        from asrkit.gmm.nnet_input import write_training_inputs
+
+        data = ctx.cfg.data
+        write_training_inputs(
+            ctx.exp_dir,
+            ctx.data_root,
+            {
+                data.train_set: Path(alignment_source(ctx.cfg, ctx.exp_dir, "train")),
+                data.dev_set: Path(alignment_source(ctx.cfg, ctx.exp_dir, "dev")),
+            },
+        )
     if strategy.world_size > 1 and not under_torchrun():
         began = time.time()
         summary = ctx.exp_dir / "train_summary.json"  # the main learner's last write

@@ -29,6 +29,11 @@ class AlignConfig:
         sets: what the forced-alignment stage aligns (set names or data dir paths);
             empty: the training and dev sets.
         model: the CTC model bundle (in the experiment dir) that aligns.
+        fmllr: the hybrid network's input joins each frame's fbank with the alignment
+            system's fMLLR features (a SAT system's dir: ``final.mat`` and the speakers'
+            ``trans.1``; :mod:`asrkit.gmm.nnet_input`), IBM's speaker-adapted input.
+            Decoded sets take their speakers' transforms from the SAT system's two-pass
+            decoding (stage 5).
     """
 
     train: str = ""
@@ -39,6 +44,7 @@ class AlignConfig:
     max_missing: float = 0.0
     sets: list[str] = field(default_factory=list)
     model: str = "model.pt"
+    fmllr: bool = False
 
     def check_config(self, *, num_classes: int = 0) -> AlignmentCheckConfig:
         """The checker's settings (``num_classes``, when non-zero, overrides the key's)."""

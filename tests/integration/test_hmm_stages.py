@@ -655,6 +655,10 @@ def test_bad_hybrid_input(
 # ---------------------------------------------------------------- speaker-adapted systems
 
 
+def hybrid_first(hybrid: Hybrid) -> str:
+    return sorted(read_kaldi_map(hybrid.data / "test" / "feats.scp"))[0]
+
+
 ADAPTED = (
     "gmm.tri_kinds=[deltas,lda_mllt,sat]",
     "gmm.tri_leaves=[150,100,100]",
@@ -675,6 +679,7 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
     transforms come from the first pass: the same hypotheses and transforms for any
     reference text, since none is read."""
     from asrkit.data.kaldi_table import read_matrices
+    from asrkit.data.kaldi_table import read_matrix as read_kaldi_matrix
     from asrkit.gmm.transforms import read_matrix, write_matrix
 
     exp = tmp_path / "exp"
@@ -708,6 +713,28 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
         assert dict(read_matrices(f"ark:{gmm / 'tri3' / f'decode_{name}' / 'trans.1'}"))
     record = json.loads((gmm / "tri3" / "decoders" / "gmm.json").read_text())
     assert record["settings"]["first_pass"] == [12.0, 0.0]
+    # The BLSTM on fbank joined with the fMLLR features (align.fmllr): training and dev
+    # speakers' transforms from the alignment dirs, test speakers' from the two-pass decoding.
+    shutil.copytree(hybrid.exp / "tokenizer", exp / "tokenizer")
+    result = run_cli(*_stages(6, 7, *_args(hybrid.root, *ADAPTED, "align.fmllr=true", exp=exp)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    fbank_dim = read_kaldi_matrix(
+        read_kaldi_map(hybrid.data / "test" / "feats.scp")[hybrid_first(hybrid)]
+    ).shape[1]
+    for name in ("train", "train_dev", "test"):
+        joined = read_kaldi_map(exp / "data_fmllr" / name / "feats.scp")
+        assert sorted(joined) == sorted(read_data_dir(hybrid.data / name).utt_ids), name
+        utt = sorted(joined)[0]
+        both = read_kaldi_matrix(joined[utt])
+        fbank = read_kaldi_matrix(read_kaldi_map(hybrid.data / name / "feats.scp")[utt])
+        np.testing.assert_array_equal(both[:, :fbank_dim], fbank)
+        assert both.shape == (fbank.shape[0], fbank_dim + 20), name
+    assert torch.load(exp / "model.pt", weights_only=False)["meta"]["fmllr"] is True
+    assert _wer(exp / "decode_hybrid_test" / "scoring" / "wer") < 100.0
+    wav = hybrid.data / "test" / "wav.scp"
+    audio = read_kaldi_map(wav)[hybrid_first(hybrid)].split()[-1]
+    refused = run_cli("transcribe", str(exp), audio)
+    assert_one_line_error(refused, "align.fmllr", "stage 7")
     # The same sets with wrong references (the test set's in the recipe data and the GMM
     # data dir): the test hypotheses and transforms cannot change.
     wrong_data, wrong_exp = tmp_path / "data_wrong", tmp_path / "exp_wrong"

@@ -1,0 +1,178 @@
+"""The hybrid network's speaker-adapted input (``align.fmllr``): each frame's fbank and its
+fMLLR features side by side, as IBM's Switchboard BLSTMs join log-mel and fMLLR input.
+
+The fMLLR features are the SAT system's: spliced MFCC + CMVN through its LDA+MLLT
+``final.mat``, then the speaker's own transform (``trans.1``). The training and dev
+speakers' transforms are the alignment dirs' (estimated from their transcripts, as
+Kaldi's ``align_fmllr.sh`` does); a decoded set's are its two-pass decoding's
+(``gmm/<system>/decode_<set>/trans.1``: from first-pass hypotheses, never a reference).
+:func:`write_fmllr_dir` writes a data dir of the joined features (with per-speaker CMVN
+stats of its own) under ``<exp>/data_fmllr/<set>``, which the network trains on and
+decodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from asrkit.data.datadir import read_data_dir, read_kaldi_map, write_kaldi_map
+from asrkit.data.io import atomic_writer
+from asrkit.data.kaldi_ark import kaldi_io, write_ark
+from asrkit.data.kaldi_table import read_matrices, read_matrix
+from asrkit.errors import DataError
+from asrkit.features.cmvn import cmvn_stats
+from asrkit.gmm.adapt import FINAL_MAT, TRANSFORMS, Adaptation
+from asrkit.gmm.feats import GmmFeatures
+
+__all__ = ["FMLLR_DATA", "fmllr_data_root", "fmllr_dim", "read_speaker_transforms", "write_fmllr_dir"]
+
+log = logging.getLogger(__name__)
+
+#: Where, in an experiment dir, the joined features' data dirs go.
+FMLLR_DATA = "data_fmllr"
+#: A data dir's own files the joined dir keeps (the features and their stats are its own).
+_OWN = {"feats.scp", "cmvn.scp", "cmvn_global.ark", "feats.yaml"}
+
+
+def fmllr_data_root(exp_dir: Path) -> Path:
+    return Path(exp_dir) / FMLLR_DATA
+
+
+def fmllr_dim(ali_dir: Path) -> int:
+    """The fMLLR features' dimension: the rows of the alignment dir's ``final.mat``."""
+    adaptation = Adaptation.read(Path(ali_dir))
+    if adaptation is None:
+        raise DataError(
+            f"{ali_dir}: no {FINAL_MAT}; align.fmllr needs alignments of a SAT system "
+            "(gmm.tri_kinds ending in lda_mllt, sat)"
+        )
+    return int(adaptation.transform.shape[0])
+
+
+def read_speaker_transforms(folder: Path, *, fix: str) -> dict[str, np.ndarray]:
+    """The speakers' fMLLR transforms of a dir's ``trans.1``."""
+    path = Path(folder) / TRANSFORMS
+    if not path.is_file():
+        raise DataError(f"{path}: not found; {fix}")
+    return {spk: np.asarray(m, dtype=np.float64) for spk, m in read_matrices(f"ark:{path}")}
+
+
+def write_fmllr_dir(
+    data_dir: Path,
+    gmm_data: Path,
+    adaptation: Adaptation,
+    speakers: dict[str, np.ndarray],
+    out_dir: Path,
+) -> int:
+    """A data dir at ``out_dir`` whose features are ``data_dir``'s (fbank) joined to the
+    fMLLR features of ``gmm_data`` (its MFCC + CMVN) through ``adaptation``'s
+    ``final.mat`` and each speaker's transform of ``speakers``; per-speaker CMVN stats of
+    the joined features. Written whole or not at all. Returns the joined dimension.
+
+    Raises:
+        DataError: an utterance without GMM features, or whose two feature streams have
+            different frame counts (named, with both dirs).
+    """
+    data = read_data_dir(data_dir, require_text=False)
+    scp = read_kaldi_map(Path(data_dir) / "feats.scp")
+    base = GmmFeatures(gmm_data, delta_order=0)
+    missing = sorted({data.utt2spk[u] for u in data.utt_ids} - set(speakers))
+    if missing:
+        # Too little speech to estimate from (gmm-est-fmllr's min count): LDA+MLLT alone.
+        log.warning(
+            "%s: %d speaker(s) have no fMLLR transform (too little speech; first: %s): their "
+            "features are the LDA+MLLT ones untransformed",
+            out_dir,
+            len(missing),
+            ", ".join(missing[:3]),
+        )
+    fmllr = Adaptation(adaptation.transform, adaptation.context, speakers).features(base)
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    spk_stats: dict[str, np.ndarray] = {}
+    dim = 0
+
+    def joined():
+        nonlocal dim
+        for utt in data.utt_ids:
+            if utt not in base.scp:
+                raise DataError(f"{gmm_data}/feats.scp: no MFCC for {utt}; rerun stage 4 (gmm)")
+            fbank = read_matrix(scp[utt])
+            adapted = fmllr(utt)
+            if fbank.shape[0] != adapted.shape[0]:
+                raise DataError(
+                    f"{utt}: {fbank.shape[0]} fbank frames in {data_dir} but {adapted.shape[0]} MFCC "
+                    f"frames in {gmm_data}; compute both with the same frame settings (rerun stages 2 and 4)"
+                )
+            both = np.hstack([fbank, adapted]).astype(np.float32)
+            dim = both.shape[1]
+            spk = data.utt2spk[utt]
+            stats = cmvn_stats(both)
+            spk_stats[spk] = stats if spk not in spk_stats else spk_stats[spk] + stats
+            yield utt, both
+
+    try:
+        feats_scp = write_ark(tmp / "feats.ark", joined())
+        cmvn_scp = write_ark(tmp / "cmvn.ark", sorted(spk_stats.items()))
+        for path in Path(data_dir).iterdir():
+            if path.is_file() and path.name not in _OWN:
+                shutil.copyfile(path, tmp / path.name)
+        # The scp entries name the temporary dir's archives: point them at the final one.
+        for name, entries in (("feats.scp", feats_scp), ("cmvn.scp", cmvn_scp)):
+            write_kaldi_map(
+                tmp / name,
+                {k: v.replace(str(tmp.resolve()), str(out_dir.resolve()), 1) for k, v in entries.items()},
+            )
+        with atomic_writer(tmp / "cmvn_global.ark", "wb") as ark:
+            kaldi_io.write_mat(ark, sum(spk_stats.values()))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("%s: %d utterances, fbank and fMLLR features joined (%d dims)", out_dir, len(data.utt_ids), dim)
+    return dim
+
+
+def write_training_inputs(exp_dir: Path, data_root: Path, sets: dict[str, Path]) -> None:
+    """The joined features of the training and dev sets: ``sets`` maps each set's name to
+    its alignment dir (whose ``final.mat`` and ``trans.1`` give the fMLLR features)."""
+    for name, ali_dir in sets.items():
+        adaptation = Adaptation.read(ali_dir)
+        if adaptation is None:
+            fmllr_dim(ali_dir)  # raises the error that names what is missing
+            continue
+        speakers = read_speaker_transforms(
+            ali_dir, fix="align.fmllr needs a SAT system's alignments (stage 4)"
+        )
+        write_fmllr_dir(
+            data_root / name,
+            Path(exp_dir) / "gmm" / "data" / name,
+            adaptation,
+            speakers,
+            fmllr_data_root(exp_dir) / name,
+        )
+
+
+def write_decoding_input(exp_dir: Path, data_dir: Path, name: str, system_dir: Path) -> Path:
+    """The joined features of a decoded set, its speakers' transforms from the SAT
+    system's two-pass decoding of it (``<system_dir>/decode_<name>/trans.1``); returns the
+    data dir written."""
+    adaptation = Adaptation.read(system_dir)
+    if adaptation is None:
+        fmllr_dim(system_dir)
+        raise AssertionError("unreachable")
+    speakers = read_speaker_transforms(
+        system_dir / f"decode_{name}",
+        fix=f"stage 5 (gmm_decode) estimates set {name}'s speakers' transforms; run it first",
+    )
+    out = fmllr_data_root(exp_dir) / name
+    write_fmllr_dir(data_dir, Path(exp_dir) / "gmm" / "data" / name, adaptation, speakers, out)
+    return out
