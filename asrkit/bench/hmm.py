@@ -38,6 +38,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +135,10 @@ def _train(
     *,
     threads: int,
     seed: int = 1,  # the recipe's default seed
-) -> tuple[dict[str, Any], Any, Any, Any]:
-    """Every training stage timed; returns ``(figures, lang, mono system, last system)``."""
+) -> tuple[dict[str, Any], Any, Any]:
+    """Every training stage timed; returns ``(figures, lang, the trained GmmSystems)``."""
     from asrkit.features.extractors import FeatureConfig
+    from asrkit.gmm.adapt import TransformedFeatures, align_adapted
     from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
     from asrkit.gmm.lang import prepare_lang
     from asrkit.gmm.pipeline import train_systems
@@ -164,8 +166,9 @@ def _train(
     texts = read_data_dir(work / "data" / "train").text or {}
     frames = sum(read_utt2num_frames(work / "data" / "train" / "utt2num_frames").values())
 
-    # Stage 4's own function (and its seeds), the tree timed apart from its system.
-    trained = train_systems(lang, feats, texts, cfg, seed=seed, where=where)
+    # Stage 4's own function (and its seeds), the tree timed apart from its system; the
+    # systems written as stage 4 writes them (a SAT system's transforms and alignment model).
+    trained = train_systems(lang, feats, texts, cfg, seed=seed, where=where, out_dir=work / "systems")
     mono, system = trained.systems["mono"], trained.final
     stages["mono"] = trained.seconds["mono"]
     tree_s = sum(v for k, v in trained.seconds.items() if k.startswith("tree"))
@@ -174,7 +177,22 @@ def _train(
 
     t = time.perf_counter()
     graphs = GraphCompiler(system).compile(texts, where=where)
-    aligned = align(system, feats, graphs, cfg, where=where)
+    last = list(trained.systems)[-1]
+    adaptation = trained.adaptations.get(last)
+    if adaptation is not None and adaptation.alimdl is not None:
+        # Stage 4's alignment with a SAT system: speaker-independent, fMLLR, adapted.
+        assert isinstance(trained.features, TransformedFeatures)
+        aligned, _ = align_adapted(
+            system,
+            adaptation.alimdl,
+            trained.features,
+            graphs,
+            cfg,
+            silence_weight=cfg.fmllr_silence_weight,
+            where=where,
+        )
+    else:
+        aligned = align(system, trained.features or feats, graphs, cfg, where=where)  # type: ignore[arg-type]
     stages["align"] = time.perf_counter() - t
     total = time.perf_counter() - began
     write_alignment_dir(work / "ali_train", system, aligned)  # the hybrid network's targets
@@ -196,6 +214,8 @@ def _train(
             "tree_leaves": system.am.num_pdfs,
         },
         "training_s": {**{k: round(v, 3) for k, v in stages.items()}, "total": round(total, 3)},
+        # Each system's own seconds (tri<k> of a LDA+MLLT or SAT system includes its tree).
+        "system_s": {k: round(v, 3) for k, v in trained.seconds.items()},
         "per_iteration": {
             "mono_s": round(mono_iter_s, 4),
             "mono_frames_per_s": round(frames / mono_iter_s),
@@ -206,7 +226,7 @@ def _train(
         "align_rtf": round(stages["align"] / audio_s, 5),
         "tree_over_mono_iter": round(tree_s / mono_iter_s, 3),
     }
-    return figures, lang, mono, system
+    return figures, lang, trained
 
 
 # ---------------------------------------------------------------- 2. HCLG
@@ -251,9 +271,12 @@ def _decode_gmm(
     acoustic_scale: float,
     setting: dict[str, float],
     threads: int,
+    system_dir: Path | None = None,
+    gmm: GmmConfig | None = None,
 ) -> tuple[dict[str, Any], float]:
     """GMM scoring + lattice search of ``data_dir`` (stage 5's :class:`GmmDecoder` at
-    ``setting``); returns ``(figures, audio seconds)``."""
+    ``setting``; a SAT system's ``system_dir``: two passes, the first one's share timed
+    apart); returns ``(figures, audio seconds)``."""
     from asrkit.decoding.hclg import GmmDecoder
     from asrkit.decoding.wfst import WfstDecoder
     from asrkit.features.extractors import FeatureConfig
@@ -261,7 +284,8 @@ def _decode_gmm(
 
     t = time.perf_counter()
     mfcc = FeatureConfig(kind="mfcc", num_mel_bins=23, num_ceps=13, nj=threads)
-    make_gmm_data_dir(data_dir, work / "data" / data_dir.name, work / "mfcc", mfcc)
+    if not (work / "data" / data_dir.name / "feats.scp").is_file():
+        make_gmm_data_dir(data_dir, work / "data" / data_dir.name, work / "mfcc", mfcc)
     features_s = time.perf_counter() - t
     frames = _frames(data_dir, work / "data" / data_dir.name)
     audio_s = sum(frames.values()) * _frame_shift(data_dir)
@@ -282,17 +306,29 @@ def _decode_gmm(
         sample_rate=mfcc.sample_rate,
         graph=graph.path,
         transitions=graph.path / "final.mdl",
+        system_dir=system_dir,
+        adapt=gmm,
     )
     prepared = decoder.prepare(data_dir)
-    scoring_s = prepared.seconds
+    first_s = prepared.extra.get("first_pass_seconds", 0.0)
+    scoring_s = prepared.seconds - first_s
     hyps = decoder.transcripts(prepared)
-    search_s = prepared.seconds - scoring_s
+    search_s = prepared.seconds - first_s - scoring_s
+    passes = {}
+    if decoder.two_pass:
+        # The speaker-independent pass, the transforms' estimation from its hypotheses, and
+        # the adapted pass (scoring + search), each over the audio.
+        passes = {
+            "first_pass_rtf": round(first_s / audio_s, 5),
+            "second_pass_rtf": round((scoring_s + search_s) / audio_s, 5),
+        }
     return {
         "utterances": len(hyps),
         "features_rtf": round(features_s / audio_s, 5),
         "scoring_rtf": round(scoring_s / audio_s, 5),
         "search_rtf": round(search_s / audio_s, 5),
-        "total_rtf": round((scoring_s + search_s) / audio_s, 5),
+        **passes,
+        "total_rtf": round((first_s + scoring_s + search_s) / audio_s, 5),
         **setting,
         "partial": search.num_partial,
         "wer": _wer(data_dir, hyps),
@@ -358,6 +394,7 @@ def bench_hybrid(
     gmm: GmmConfig | None = None,
     wfst: WfstConfig | None = None,
     quick: bool = False,
+    adapted: bool = True,
     threads: int = 1,
     work_dir: str | Path | None = None,
 ) -> dict:
@@ -377,6 +414,8 @@ def bench_hybrid(
             ``nj`` is set to ``threads``.
         wfst: the decoder and HCLG settings for this run's systems; None: the defaults.
         quick: fewer training rounds when ``gmm`` is None.
+        adapted: with ``gmm`` None, Kaldi's tri1 (deltas), tri2 (LDA+MLLT) and tri3 (SAT),
+            each with the default leaves and Gaussians; tri3 decodes in two passes too.
         threads: torch threads, alignment and feature jobs.
         work_dir: where the lang dir, features, systems and graphs go (kept); None: a
             temporary dir, removed.
@@ -393,6 +432,15 @@ def bench_hybrid(
         raise ConfigError(f"{lexicon}: no pronunciation lexicon there; pass lexicon= (AN4's etc/an4.dic)")
     lm = _find_lm(lm, [exp_dir, ctc_exp_dir])
     cfg = gmm if gmm is not None else replace(GmmConfig(), **(QUICK_GMM if quick else {}))
+    if gmm is None and adapted:
+        cfg = replace(
+            cfg,
+            tri_kinds=["deltas", "lda_mllt", "sat"],
+            tri_leaves=cfg.tri_leaves[:1] * 3,
+            tri_gauss=cfg.tri_gauss[:1] * 3,
+            mllt_rounds=[r for r in cfg.mllt_rounds if r < cfg.tri_iters],
+            fmllr_rounds=[r for r in cfg.fmllr_rounds if r < cfg.tri_iters],
+        )
     cfg = replace(cfg, nj=threads)
     cfg.check()
     if not cfg.tri_leaves:
@@ -403,26 +451,41 @@ def bench_hybrid(
 
     torch.set_num_threads(threads)
     with _work(work_dir) as work:
-        training, lang, mono, last = _train(train_dir, lexicon, cfg, work, threads=threads)
-        graphs, graph_dirs = _graphs(lang, {"mono": mono, "tri": last}, lm, work, wfst)
+        training, lang, trained = _train(train_dir, lexicon, cfg, work, threads=threads)
+        names = list(trained.systems)
+        # The first triphone system (MFCC + deltas) as "tri", and a SAT system as "sat".
+        sat = next((n for n in names if trained.adaptations.get(n) and trained.adaptations[n].alimdl), None)
+        chosen = {"mono": trained.systems["mono"], "tri": trained.systems[names[1]]}
+        if sat is not None:
+            chosen["sat"] = trained.systems[sat]
+        graphs, graph_dirs = _graphs(lang, chosen, lm, work, wfst)
         setting = _setting(sorted(exp_dir.glob("gmm/tri*/decode_*/setting")), cfg.acoustic_scale)
-        gmm_decoding, audio_s = _decode_gmm(
-            last,
-            graph_dirs["tri"],
-            data_dir,
-            work,
+        decode = partial(
+            _decode_gmm,
+            data_dir=data_dir,
+            work=work,
             wfst=wfst,
             acoustic_scale=cfg.acoustic_scale,
-            setting=setting,
             threads=threads,
         )
+        gmm_decoding, audio_s = decode(chosen["tri"], graph_dirs["tri"], setting=setting)
+        if sat is not None:
+            sat_setting = _setting(sorted(exp_dir.glob(f"gmm/{sat}/decode_*/setting")), cfg.acoustic_scale)
+            gmm_decoding["sat"], _ = decode(
+                chosen["sat"],
+                graph_dirs["sat"],
+                setting=sat_setting,
+                system_dir=work / "systems" / sat,
+                gmm=cfg,
+            )
     hybrid = _decode_hybrid(exp_dir, data_dir, audio_s)
     ctc = _decode_ctc(ctc_exp_dir, data_dir, threads)
     return {
         "threads": threads,
         "test_audio_s": round(audio_s, 1),
         "gmm": {
-            k: getattr(cfg, k) for k in ("mono_iters", "mono_gauss", "tri_leaves", "tri_gauss", "tri_iters")
+            k: getattr(cfg, k)
+            for k in ("mono_iters", "mono_gauss", "tri_kinds", "tri_leaves", "tri_gauss", "tri_iters")
         },
         **training,
         "graphs": graphs,

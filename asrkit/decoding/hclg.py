@@ -204,7 +204,7 @@ class GmmDecoder(HclgDecoder):
                 silence_weight=self.adapt.fmllr_silence_weight,
                 where=f"{gmm_data} (first-pass hypotheses)",
             )
-            extra.update(first_pass=first, speakers=speakers)
+            extra.update(first_pass=first, speakers=speakers, first_pass_seconds=time.monotonic() - began)
             feats = TransformedFeatures(feats.base, feats.transform, context=feats.context, speakers=speakers)
         scores = {utt: self.system.log_likelihoods(feats(utt)) for utt in feats.utt_ids}
         frames = sum(s.shape[0] for s in scores.values())

@@ -209,3 +209,39 @@ def test_missing_inputs_are_errors_naming_what_to_run(runs: dict, tmp_path: Path
             exp_dir=tmp_path / "a",
             ctc_exp_dir=tmp_path / "b",
         )
+
+
+def test_speaker_adapted_systems_and_the_second_pass_are_timed(runs: dict) -> None:
+    """tri1 (deltas), tri2 (LDA+MLLT) and tri3 (SAT) timed each; tri3 decoded in two
+    passes, the speaker-independent one's share apart."""
+    root = runs["root"]
+    adapted = dataclasses.replace(
+        TINY,
+        tri_kinds=["deltas", "lda_mllt", "sat"],
+        tri_leaves=[30] * 3,
+        tri_gauss=[60] * 3,
+        lda_dim=12,
+        mllt_rounds=[0],
+        fmllr_rounds=[0],
+    )
+    result = bench_hybrid(
+        root / "test",
+        train_dir=root / "train",
+        lexicon=DICTIONARY,
+        lm=root / "lm.arpa",
+        gmm=adapted,
+        exp_dir=root / "none",
+        ctc_exp_dir=root / "none",
+    )
+    systems = result["system_s"]
+    assert list(systems) == ["mono", "tree1", "tri1", "tri2", "tri3"] and all(
+        map(_positive, systems.values())
+    )
+    assert result["training_s"]["triphone"] == pytest.approx(
+        systems["tri1"] + systems["tri2"] + systems["tri3"], abs=0.01
+    )
+    sat = result["gmm_decoding"]["sat"]
+    assert sat["utterances"] == 3 and _positive(sat["first_pass_rtf"]) and _positive(sat["second_pass_rtf"])
+    assert sat["total_rtf"] == pytest.approx(sat["first_pass_rtf"] + sat["second_pass_rtf"], abs=2e-5)
+    assert result["gmm"]["tri_kinds"] == ["deltas", "lda_mllt", "sat"]
+    assert _positive(result["graphs"]["sat_s"])
