@@ -336,6 +336,7 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "gmm.fmllr_silence_weight": 0.0,
     "wfst.first_pass": [12.0, 0.0],
     "lm.general_words": 0,
+    "align.fmllr": False,
     "lm.general_weights": [0.02, 0.05, 0.1, 0.2, 0.3],
 }
 

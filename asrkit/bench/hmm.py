@@ -468,7 +468,10 @@ def bench_hybrid(
             acoustic_scale=cfg.acoustic_scale,
             threads=threads,
         )
-        gmm_decoding, audio_s = decode(chosen["tri"], graph_dirs["tri"], setting=setting)
+        gmm_decoding, audio_s = decode(
+            chosen["tri"], graph_dirs["tri"], setting=setting, system_dir=work / "systems" / names[1], gmm=cfg
+        )
+        gmm_decoding["system"] = names[1]
         if sat is not None:
             sat_setting = _setting(sorted(exp_dir.glob(f"gmm/{sat}/decode_*/setting")), cfg.acoustic_scale)
             gmm_decoding["sat"], _ = decode(

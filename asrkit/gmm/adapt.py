@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from asrkit.data.kaldi_ark import write_ark
+from asrkit.errors import DataError
 from asrkit.gmm.config import GmmConfig
 from asrkit.gmm.feats import GmmFeatures
 from asrkit.gmm.lang import Lang
@@ -166,19 +167,43 @@ def gaussian_moments(
         return np.asarray(source[utt] if isinstance(source, Mapping) else source(utt), dtype=np.float64)
 
     tid2pdf = system.tid2pdf
-    frames, scored, pdfs, weights = [], [], [], []
+    first, means, _ = gaussians(system)
+    moments: GaussianMoments | None = None
+    chunk: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    held = 0
     for utt, ali in alignments.items():
         tids = np.asarray(ali, dtype=np.int64)
-        frames.append(read(feats, utt))
-        scored.append(frames[-1] if posterior_feats is None else read(posterior_feats, utt))
-        pdfs.append(tid2pdf[tids])
-        weights.append(silence_weights(system, tids, silence_weight=silence_weight))
-    first, means, _ = gaussians(system)
-    if not frames:
-        return GaussianMoments.zeros(len(means), means.shape[1])
-    x, y = np.concatenate(frames), np.concatenate(scored)
-    pdf, weight = np.concatenate(pdfs), np.concatenate(weights)
-    moments = GaussianMoments.zeros(len(means), x.shape[1])
+        x = read(feats, utt)
+        y = x if posterior_feats is None else read(posterior_feats, utt)
+        chunk.append((x, y, tid2pdf[tids], silence_weights(system, tids, silence_weight=silence_weight)))
+        held += len(tids)
+        if held >= _CHUNK_FRAMES:
+            moments = _add_chunk(system, first, chunk, moments)
+            chunk, held = [], 0
+    if chunk:
+        moments = _add_chunk(system, first, chunk, moments)
+    return moments if moments is not None else GaussianMoments.zeros(len(means), means.shape[1])
+
+
+#: Frames held at once by :func:`gaussian_moments` (float64 features, twice: ~0.6 GB at 40
+#: dimensions), so a large training set is summed a chunk at a time.
+_CHUNK_FRAMES = 1_000_000
+
+
+def _add_chunk(
+    system: GmmSystem,
+    first: np.ndarray,
+    chunk: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    moments: GaussianMoments | None,
+) -> GaussianMoments:
+    """Add a chunk's frames (features, posterior features, pdf, weight) to ``moments``,
+    each tied state's frames scored in one call."""
+    x = np.concatenate([c[0] for c in chunk])
+    y = np.concatenate([c[1] for c in chunk])
+    pdf = np.concatenate([c[2] for c in chunk])
+    weight = np.concatenate([c[3] for c in chunk])
+    if moments is None:
+        moments = GaussianMoments.zeros(int(first[-1]), x.shape[1])
     keep = np.flatnonzero(weight > 0)
     order = keep[np.argsort(pdf[keep], kind="stable")]
     bounds = np.flatnonzero(np.diff(pdf[order])) + 1
@@ -186,9 +211,8 @@ def gaussian_moments(
         if not len(rows):
             continue
         p = int(pdf[rows[0]])
-        comp = np.asarray(
-            system.am.get_pdf(p).log_likelihoods_matrix(y[rows].astype(np.float32)), dtype=np.float64
-        )
+        scored = y[rows].astype(np.float32)
+        comp = np.asarray(system.am.get_pdf(p).log_likelihoods_matrix(scored), dtype=np.float64)
         post = np.exp(comp - comp.max(axis=1, keepdims=True))
         post *= (weight[rows] / post.sum(axis=1))[:, None]
         moments.add(np.arange(first[p], first[p + 1]), x[rows], post)
@@ -295,9 +319,12 @@ def speaker_transforms(
         by_speaker.setdefault(feats.data.utt2spk[utt], {})[utt] = ali
     out = dict(feats.speakers)
     dim = system.am.dim
+    _, means, variances = gaussians(system)
     for speaker, utts in sorted(by_speaker.items()):
         stats = FmllrStats(dim=dim)
-        gaussian_stats(system, feats, utts, stats, silence_weight=silence_weight)
+        stats.add_moments(
+            gaussian_moments(system, feats, utts, silence_weight=silence_weight), means, variances
+        )
         w, history = estimate_fmllr(stats, iterations=iterations, min_count=min_count)
         if not history:
             continue
@@ -368,14 +395,15 @@ def alignment_model(
     adapted: TransformedFeatures,
     alignments: Mapping[str, Sequence[int]],
     *,
-    min_count: float = 1e-3,
+    min_count: float = 10.0,
     var_floor: float = 1e-3,
 ) -> GmmSystem:
     """A SAT system's speaker-independent twin (Kaldi's ``final.alimdl``): the same tree,
     transitions and Gaussians, each Gaussian's weight, mean and variance re-estimated on the
     unadapted features ``si_feats`` with the posteriors the SAT system gives the adapted
     ones (``gmm-acc-stats-twofeats``). It aligns and decodes speakers before they have a
-    transform. A Gaussian seen for under ``min_count`` frames keeps the SAT values."""
+    transform. A Gaussian seen for ``min_count`` frames or fewer keeps the SAT values
+    (``gmm-est``'s minimum Gaussian occupancy, 10)."""
     import kaldi_hmm_gmm as khg
 
     moments = gaussian_moments(system, si_feats, alignments, posterior_feats=adapted)
@@ -507,8 +535,6 @@ class Adaptation:
     def read(cls, system_dir: Path, lang: Lang | None = None) -> Adaptation | None:
         """A system dir's adaptation files; None for a system on MFCC + deltas (no
         ``final.mat``). ``lang``: also read ``final.alimdl`` when there is one."""
-        from asrkit.data.kaldi_table import read_matrices
-
         system_dir = Path(system_dir)
         if not (system_dir / FINAL_MAT).is_file():
             return None
@@ -516,19 +542,29 @@ class Adaptation:
         context = 3
         for opt in opts:
             if opt.startswith("--left-context="):
-                context = int(opt.split("=", 1)[1])
-        speakers = (
-            {
-                spk: np.asarray(m, dtype=np.float64)
-                for spk, m in read_matrices(f"ark:{system_dir / TRANSFORMS}")
-            }
-            if (system_dir / TRANSFORMS).is_file()
-            else {}
-        )
+                try:
+                    context = int(opt.split("=", 1)[1])
+                except ValueError:
+                    raise DataError(
+                        f"{system_dir / SPLICE_OPTS}: {opt!r} is not a frame count; rerun the GMM stage"
+                    ) from None
+        speakers = read_transforms(system_dir)
         alimdl = None
         if lang is not None and (system_dir / ALIMDL).is_file():
             alimdl = GmmSystem.load(system_dir, lang, model=ALIMDL)
         return cls(read_matrix(system_dir / FINAL_MAT), context, speakers, alimdl)
+
+
+def read_transforms(folder: Path) -> dict[str, np.ndarray]:
+    """Every speaker's fMLLR transform in a dir's ``trans.<job>`` archives (asrkit writes
+    ``trans.1``; Kaldi one per job); empty when there is none."""
+    from asrkit.data.kaldi_table import read_matrices
+
+    out: dict[str, np.ndarray] = {}
+    for path in sorted(Path(folder).glob("trans.*")):
+        if path.suffix[1:].isdigit():
+            out.update((spk, np.asarray(m, dtype=np.float64)) for spk, m in read_matrices(f"ark:{path}"))
+    return out
 
 
 def system_features(system_dir: Path, data_dir: Path) -> GmmFeatures | TransformedFeatures:

@@ -7,8 +7,8 @@ speakers' transforms are the alignment dirs' (estimated from their transcripts, 
 Kaldi's ``align_fmllr.sh`` does); a decoded set's are its two-pass decoding's
 (``gmm/<system>/decode_<set>/trans.1``: from first-pass hypotheses, never a reference).
 :func:`write_fmllr_dir` writes a data dir of the joined features (with per-speaker CMVN
-stats of its own) under ``<exp>/data_fmllr/<set>``, which the network trains on and
-decodes.
+stats of its own): ``<exp>/data_fmllr/<set>`` for training and validation,
+``<exp>/data_fmllr/decode_<set>/<set>`` for decoding.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import numpy as np
 from asrkit.data.datadir import read_data_dir, read_kaldi_map, write_kaldi_map
 from asrkit.data.io import atomic_writer
 from asrkit.data.kaldi_ark import kaldi_io, write_ark
-from asrkit.data.kaldi_table import read_matrices, read_matrix
+from asrkit.data.kaldi_table import read_matrix
 from asrkit.errors import DataError
 from asrkit.features.cmvn import cmvn_stats
-from asrkit.gmm.adapt import FINAL_MAT, TRANSFORMS, Adaptation
+from asrkit.gmm.adapt import FINAL_MAT, TRANSFORMS, Adaptation, read_transforms
 from asrkit.gmm.feats import GmmFeatures
 
 __all__ = ["FMLLR_DATA", "fmllr_data_root", "fmllr_dim", "read_speaker_transforms", "write_fmllr_dir"]
@@ -54,11 +54,11 @@ def fmllr_dim(ali_dir: Path) -> int:
 
 
 def read_speaker_transforms(folder: Path, *, fix: str) -> dict[str, np.ndarray]:
-    """The speakers' fMLLR transforms of a dir's ``trans.1``."""
-    path = Path(folder) / TRANSFORMS
-    if not path.is_file():
-        raise DataError(f"{path}: not found; {fix}")
-    return {spk: np.asarray(m, dtype=np.float64) for spk, m in read_matrices(f"ark:{path}")}
+    """The speakers' fMLLR transforms of a dir's ``trans.*`` archives."""
+    speakers = read_transforms(Path(folder))
+    if not speakers:
+        raise DataError(f"{Path(folder) / TRANSFORMS}: not found; {fix}")
+    return speakers
 
 
 def write_fmllr_dir(
@@ -173,6 +173,7 @@ def write_decoding_input(exp_dir: Path, data_dir: Path, name: str, system_dir: P
         system_dir / f"decode_{name}",
         fix=f"stage 5 (gmm_decode) estimates set {name}'s speakers' transforms; run it first",
     )
-    out = fmllr_data_root(exp_dir) / name
+    # Apart from the training stage's dev dir (whose transforms came from its transcripts).
+    out = fmllr_data_root(exp_dir) / f"decode_{name}" / name
     write_fmllr_dir(data_dir, Path(exp_dir) / "gmm" / "data" / name, adaptation, speakers, out)
     return out

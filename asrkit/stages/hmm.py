@@ -35,6 +35,7 @@ from asrkit.decoding.decoder import Prepared
 from asrkit.errors import ConfigError, DataError
 from asrkit.learner import alignment_source
 from asrkit.stages.common import (
+    OPEN_LEXICON,
     decode_targets,
     pronunciation_lexicon,
     show_decoded,
@@ -82,7 +83,10 @@ def _gmm_sets(ctx: StageContext) -> list[str]:
     "GMM-HMM systems (lang dir, MFCC+deltas, monophone, triphones) and the last one's "
     "alignments of the training and dev sets in gmm/",
     uses=("gmm", "data", "tokenizer", "features", "seed"),
-    needs=(1, 3),  # stage 3's open lexicon, with lm.general_words
+    needs=(1,),
+    # With lm.general_words the lexicon is stage 3's open one: its content, not every LM
+    # setting, decides whether the GMMs are trained again.
+    inputs=lambda ctx: [ctx.exp_dir / "lang" / OPEN_LEXICON] if ctx.cfg.lm.general_words else None,
     pipelines=("hybrid",),
     outputs=lambda ctx: [
         gmm_dir(ctx) / f"ali_{s}" / "ali.1.gz" for s in (ctx.cfg.data.train_set, ctx.cfg.data.dev_set)
@@ -293,7 +297,7 @@ def _first_passes(ctx: StageContext, system_dir: Path, prepared: Mapping[str, Pr
     from asrkit.decoding.decoder import write_and_score
     from asrkit.stages.common import report
 
-    sets = dict(decode_targets(ctx))
+    sets = dict([*decode_targets(ctx), tune_target(ctx)])
     for name, done in prepared.items():
         if "speakers" not in done.extra or name not in sets:
             continue

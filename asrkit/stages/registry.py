@@ -64,8 +64,9 @@ class Stage:
     record (off for a stage that checks its own outputs every time, as the download does);
     ``on_skip``: called instead of ``run`` when the stage is skipped (e.g. to show results);
     ``outputs``: the files a finished run leaves (one missing: the stage runs again);
-    ``inputs``: files outside asrkit's own outputs that the stage reads (imported data
-    dirs): their content is part of its record, so a fixed one runs it again."""
+    ``inputs``: files outside the stages it ``needs`` that the stage reads (imported data
+    dirs; stage 3's open lexicon for the GMM stage): their content is part of its record,
+    so a changed one runs it again (None: none, and the record is as without ``inputs``)."""
 
     number: int
     name: str
@@ -77,7 +78,7 @@ class Stage:
     record: bool = True
     on_skip: Callable[[StageContext], None] | None = None
     outputs: Callable[[StageContext], list[Path]] | None = None
-    inputs: Callable[[StageContext], list[Path]] | None = None
+    inputs: Callable[[StageContext], list[Path] | None] | None = None
 
 
 #: pipeline name -> stage number -> stage.
@@ -97,7 +98,7 @@ def stage(
     record: bool = True,
     on_skip: Callable[[StageContext], None] | None = None,
     outputs: Callable[[StageContext], list[Path]] | None = None,
-    inputs: Callable[[StageContext], list[Path]] | None = None,
+    inputs: Callable[[StageContext], list[Path] | None] | None = None,
     pipelines: Sequence[str] = ("ctc",),
 ) -> Callable:
     """Register ``func(ctx)`` as recipe stage ``number`` of each of ``pipelines`` (see
@@ -283,8 +284,9 @@ def _run_locked(
 def _run_stage(ctx: StageContext, typed: AsrkitConfig, current: Stage, *, pipeline: str, force: bool) -> None:
     """Run ``current`` unless it finished with these settings (and its outputs are there)."""
     digest, settings = settings_hash(typed, stage_settings(current.number, pipeline=pipeline))
-    if current.inputs is not None:
-        digest = _with_inputs(digest, current.inputs(ctx))
+    paths = current.inputs(ctx) if current.inputs is not None else None
+    if paths is not None:
+        digest = _with_inputs(digest, paths)
     record = _record_path(ctx, current)
     gone = [p for p in (current.outputs(ctx) if current.outputs else []) if not p.exists()]
     if gone and _finished(record, digest):

@@ -722,13 +722,16 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
         read_kaldi_map(hybrid.data / "test" / "feats.scp")[hybrid_first(hybrid)]
     ).shape[1]
     for name in ("train", "train_dev", "test"):
-        joined = read_kaldi_map(exp / "data_fmllr" / name / "feats.scp")
+        # Training and validation inputs apart from the decoded sets' (their transforms differ).
+        folder = exp / "data_fmllr" / (name if name == "train" else f"decode_{name}/{name}")
+        joined = read_kaldi_map(folder / "feats.scp")
         assert sorted(joined) == sorted(read_data_dir(hybrid.data / name).utt_ids), name
         utt = sorted(joined)[0]
         both = read_kaldi_matrix(joined[utt])
         fbank = read_kaldi_matrix(read_kaldi_map(hybrid.data / name / "feats.scp")[utt])
         np.testing.assert_array_equal(both[:, :fbank_dim], fbank)
         assert both.shape == (fbank.shape[0], fbank_dim + 20), name
+    assert (exp / "data_fmllr" / "train_dev" / "feats.scp").is_file()
     assert torch.load(exp / "model.pt", weights_only=False)["meta"]["fmllr"] is True
     assert _wer(exp / "decode_hybrid_test" / "scoring" / "wer") < 100.0
     wav = hybrid.data / "test" / "wav.scp"

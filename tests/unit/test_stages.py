@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
@@ -136,3 +137,36 @@ def test_a_setting_added_later_leaves_earlier_outputs_current_at_its_default() -
     assert "fused" not in covered["optim"] and "lr" in covered["optim"]
     fused, covered = settings_hash(compose(["optim.fused=true"]), keys)
     assert fused != base and covered["optim"]["fused"] is True
+
+
+def test_the_speaker_adapted_and_open_vocabulary_settings_leave_earlier_outputs_current() -> None:
+    """gmm.tri_kinds & co., wfst.first_pass, lm.general_words and align.fmllr came after
+    experiments were run: at their defaults no stage's hash moves; set, the stages that
+    use them run again."""
+    from asrkit.stages.registry import PIPELINES, stage_settings
+
+    base = {
+        n: settings_hash(compose(["pipeline=hybrid", "objective=ce"]), stage_settings(n, pipeline="hybrid"))
+        for n in PIPELINES["hybrid"]
+    }
+    for n, (_, covered) in base.items():
+        flat = json.dumps(covered)
+        for key in (
+            "tri_kinds",
+            "lda_dim",
+            "mllt_rounds",
+            "fmllr_rounds",
+            "first_pass",
+            "general_words",
+            '"fmllr"',
+        ):
+            assert key not in flat, (n, key)
+    for override, stage in (
+        ("gmm.tri_kinds=[deltas]", 4),
+        ("align.fmllr=true", 6),
+        ("wfst.first_pass=[10,0]", 5),
+    ):
+        moved, _ = settings_hash(
+            compose(["pipeline=hybrid", "objective=ce", override]), stage_settings(stage, pipeline="hybrid")
+        )
+        assert moved != base[stage][0], override
