@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the dev set (beam + lexicon + LM with its LM weight and word score; the system "
         "combination, when stage 8 combined several models). Prints "
         "'path<TAB>transcript' per file, in the order given. With per-speaker CMVN, each file "
-        "is normalised as its own speaker.",
+        "is normalised as its own speaker, unless --speaker says they are all one speaker's.",
     )
     parser.add_argument("exp_dir", help="experiment directory holding model.pt (exp/<name>)")
     parser.add_argument("audio", nargs="+", help="audio files")
@@ -55,6 +55,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="big",
         help="byte order of .raw/.pcm files (default big, as CMU's AN4)",
     )
+    parser.add_argument(
+        "--speaker",
+        action="store_true",
+        help="the files are one speaker's: per-speaker CMVN over all of them, and for a hybrid "
+        "model on fMLLR input (align.fmllr) one speaker transform from the SAT system's first "
+        "pass over all of them (Kaldi's decode_fmllr.sh); default: each file its own speaker",
+    )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.set_defaults(func=_transcribe)
 
@@ -72,31 +79,33 @@ def _transcribe(args: argparse.Namespace) -> int:
         )
     ctm: list[str] = []
     failed, low = 0, defaultdict[int, list[str]](list)
-    # One file at a time, start to finish: memory holds the longest file, not all of them,
-    # and a bad file is reported and skipped.
+    loaded: list[tuple[str, np.ndarray, int, str]] = []
     for i, path in enumerate(args.audio):
-        loaded = _load(args, path, decoder.sample_rate, low)
-        if loaded is None:
+        audio = _load(args, path, decoder.sample_rate, low)
+        if audio is None:
             failed += 1
             continue
-        utt = f"{i:08d}"
+        loaded.append((f"{i:08d}", *audio, path))
+    # One speaker: prepared together; otherwise each file alone (its own speaker).
+    groups = [loaded] if args.speaker and loaded else [[one] for one in loaded]
+    for group in groups:
         try:
-            prepared = decoder.prepare_audio(*loaded, utt=utt, where=path)
-        except DataError as err:  # too short for a frame, say: this file only
+            prepared = decoder.prepare_speaker(group)
+        except DataError as err:  # too short for a frame, say: this file (or speaker) only
             print(f"asrkit: error: {err}", file=sys.stderr, flush=True)
-            failed += 1
+            failed += len(group)
             continue
-        text = decoder.transcripts(prepared)[utt]
-        print(f"{path}\t{text}", flush=True)
-        if args.ctm and text:
-            times = decoder.word_times(prepared, utt, text)
-            if times is None:
-                print(
-                    f"asrkit: warning: {path}: too short to align its transcript; no word times in the CTM",
-                    file=sys.stderr,
-                )
-                continue
-            ctm += [f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times]
+        texts = decoder.transcripts(prepared)
+        for utt, _, _, path in group:
+            text = texts[utt]
+            print(f"{path}\t{text}", flush=True)
+            if args.ctm and text:
+                times = decoder.word_times(prepared, utt, text)
+                if times is None:
+                    warning = f"{path}: too short to align its transcript; no word times in the CTM"
+                    print(f"asrkit: warning: {warning}", file=sys.stderr)
+                    continue
+                ctm += [f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times]
     if args.ctm:
         atomic_write(args.ctm, "".join(ctm))
     return _status(failed, len(args.audio), low, decoder.sample_rate)

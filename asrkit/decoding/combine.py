@@ -170,6 +170,9 @@ class CombinedDecoder(Decoder):
         # Each system with its own features and CMVN stats.
         return self._combined([s.prepare_audio(samples, rate, utt=utt, where=where) for s in self.systems])
 
+    def prepare_speaker(self, recordings: Sequence[tuple[str, np.ndarray, int, str]]) -> Prepared:
+        return self._combined([s.prepare_speaker(recordings) for s in self.systems])
+
     def _combined(self, posteriors: list[Prepared]) -> Prepared:
         began = time.monotonic()
         candidates = combine_nbest(

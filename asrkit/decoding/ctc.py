@@ -73,6 +73,9 @@ class CtcDecoder(Decoder):
     def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
         return self._prepared(self.recognizer.audio_source(samples, rate, utt=utt, where=where))
 
+    def prepare_speaker(self, recordings: Sequence[tuple[str, np.ndarray, int, str]]) -> Prepared:
+        return self._prepared(self.recognizer.speaker_source(recordings))
+
     def _prepared(self, utts) -> Prepared:
         began = time.monotonic()
         scores = dict(self.recognizer.posteriors(utts))

@@ -243,6 +243,23 @@ class Decoder(abc.ABC):
         """The acoustic scores of one recording (int16-range ``samples`` at ``rate``),
         as utterance ``utt``; ``where`` names it in errors."""
 
+    def prepare_speaker(self, recordings: Sequence[tuple[str, np.ndarray, int, str]]) -> Prepared:
+        """The acoustic scores of one speaker's recordings, ``(utt, samples, rate, where)``
+        each: a decoder that adapts to the speaker (normalisation, transforms) does it over
+        all of them; by default each is prepared alone."""
+        out = Prepared({}, frames=0, seconds=0.0)
+        scores: dict[str, Any] = {}
+        for utt, samples, rate, where in recordings:
+            one = self.prepare_audio(samples, rate, utt=utt, where=where)
+            scores.update(one.scores)
+            out.frames += one.frames
+            out.seconds += one.seconds
+            for key, value in one.extra.items():
+                if isinstance(value, dict):
+                    out.extra.setdefault(key, {}).update(value)
+        out.scores = scores
+        return out
+
     @abc.abstractmethod
     def hypotheses(self, prepared: Prepared, points: Sequence[Point]) -> dict[Point, dict[str, str]]:
         """Every utterance's transcript at each of ``points``: point -> utterance -> text."""

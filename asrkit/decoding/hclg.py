@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from asrkit.decoding.recognizer import Recognizer
     from asrkit.decoding.wfst import WfstDecoder
     from asrkit.gmm.config import GmmConfig
+    from asrkit.gmm.nnet_input import SpeakerAdapter
     from asrkit.gmm.train import GmmSystem
 
 __all__ = ["PRIOR_COUNTS", "GmmDecoder", "HclgDecoder", "HybridDecoder", "HybridScorer", "read_counts"]
@@ -245,10 +246,12 @@ class HybridDecoder(HclgDecoder):
         counts: str | Path,
         graph: str | Path,
         transitions: str | Path,
+        adapter: SpeakerAdapter | None = None,
         nj: int = 1,
     ) -> None:
         super().__init__(search, grid, graph=graph, transitions=transitions, nj=nj)
         self.recognizer, self.scorer, self.counts = recognizer, scorer, Path(counts)
+        self.adapter = adapter
 
     @property
     def sample_rate(self) -> int:
@@ -259,12 +262,33 @@ class HybridDecoder(HclgDecoder):
 
     def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
         if self.recognizer.meta.get("fmllr"):
-            raise ConfigError(
-                f"{where}: {self.recognizer.model_file} reads fbank joined with fMLLR features "
-                "(align.fmllr), whose speaker transforms come from the GMM system's first pass; "
-                "decode such a model's sets with its recipe's stage 7"
-            )
+            return self.prepare_speaker([(utt, samples, rate, where)])
         return self._prepared(self.recognizer.audio_source(samples, rate, utt=utt, where=where))
+
+    def prepare_speaker(self, recordings: Sequence[tuple[str, np.ndarray, int, str]]) -> Prepared:
+        """One speaker's recordings. A model on fbank + fMLLR input (``align.fmllr``): the
+        SAT system's first pass over all of them gives the speaker's transform
+        (:class:`~asrkit.gmm.nnet_input.SpeakerAdapter`), and the joined features are
+        normalised with the speaker's statistics over all of them."""
+        if not self.recognizer.meta.get("fmllr"):
+            return self._prepared(self.recognizer.speaker_source(recordings))
+        if self.adapter is None:
+            raise ConfigError(
+                f"{self.recognizer.model_file} reads fbank joined with fMLLR features (align.fmllr) "
+                "but this decoder has no SAT system to adapt with; decode with the record stage 7 wrote"
+            )
+        from asrkit.features.cmvn import cmvn_stats
+        from asrkit.loader.batch import Utterance
+        from asrkit.loader.sources import InMemorySource
+
+        joined = self.adapter.joined(recordings, self.recognizer.features)
+        stats = sum(cmvn_stats(x) for x in joined.values())
+        normalize = self.recognizer.normalize
+        utts = [
+            Utterance(utt, normalize(x, stats), np.zeros(0, dtype=np.int64))  # type: ignore[arg-type]
+            for utt, x in joined.items()
+        ]
+        return self._prepared(InMemorySource(utts))
 
     def _prepared(self, utts: UtteranceSource) -> Prepared:
         lengths = dict(zip(utts.ids, np.asarray(utts.lengths).tolist(), strict=True))
@@ -282,6 +306,8 @@ class HybridDecoder(HclgDecoder):
             prior_floor=self.scorer.prior_floor,
             prior_scale=self.scorer.prior_scale,
         )
+        if self.adapter is not None:
+            settings["fmllr_system"] = str(self.adapter.system_dir.resolve())
         return DecodingRecord(
             kind="hybrid",
             weights=list(point),
@@ -316,6 +342,16 @@ def _hybrid_from_record(exp_dir: Path, record: DecodingRecord, *, model: str, de
         prior_floor=s["prior_floor"],
         prior_scale=s["prior_scale"],
     )
+    adapter = None
+    if "fmllr_system" in s:
+        from asrkit.config import load_saved
+        from asrkit.gmm.feats import gmm_mfcc
+        from asrkit.gmm.nnet_input import SpeakerAdapter
+
+        cfg = load_saved(exp_dir / "config.yaml")
+        adapter = SpeakerAdapter(
+            here(s["fmllr_system"]), gmm=cfg.gmm, wfst=cfg.wfst, mfcc=gmm_mfcc(cfg.features)
+        )
     return HybridDecoder(
         recognizer,
         scorer,
@@ -324,6 +360,7 @@ def _hybrid_from_record(exp_dir: Path, record: DecodingRecord, *, model: str, de
         counts=here(s.get("counts", PRIOR_COUNTS)),
         graph=here(s["graph"]),
         transitions=transitions,
+        adapter=adapter,
     )
 
 

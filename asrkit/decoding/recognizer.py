@@ -21,7 +21,7 @@ from asrkit.data.audio import iter_utterance_audio
 from asrkit.decoding.beam import BOUNDARY
 from asrkit.decoding.greedy import greedy_ctc
 from asrkit.errors import ConfigError, DataError
-from asrkit.features.cmvn import read_cmvn
+from asrkit.features.cmvn import cmvn_stats, read_cmvn
 from asrkit.features.extractors import FeatureConfig, extract
 from asrkit.loader.batch import CmvnNormalizer, Utterance, plan_buckets
 from asrkit.loader.opening import open_data_dir
@@ -126,6 +126,20 @@ class Recognizer:
         in errors): what a decoder's ``prepare_audio`` reads."""
         feats = self.audio_features(samples, rate, utt=where, where=where)
         return InMemorySource([Utterance(utt, feats, np.zeros(0, dtype=np.int64))])
+
+    def speaker_source(self, recordings: Sequence[tuple[str, np.ndarray, int, str]]) -> InMemorySource:
+        """One speaker's recordings, ``(utt, samples, rate, where)`` each, ready for
+        :meth:`outputs`: with per-speaker CMVN, normalised with the statistics of all of
+        them (as a data dir's ``cmvn.scp`` has a speaker's)."""
+        cfg = dataclasses.replace(self.features, resample=True)
+        raw = [
+            (utt, extract(samples, rate, cfg, utt=where, where=where))
+            for utt, samples, rate, where in recordings
+        ]
+        stats = sum(cmvn_stats(x) for _, x in raw) if raw else None
+        return InMemorySource(
+            [Utterance(utt, self.normalize(x, stats), np.zeros(0, dtype=np.int64)) for utt, x in raw]  # type: ignore[arg-type]
+        )
 
     @property
     def decode_head(self) -> str | None:

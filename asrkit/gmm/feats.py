@@ -80,6 +80,12 @@ def make_gmm_data_dir(
     compute_features_for_dir(target, feats_dir, cfg, where_set="exp_dir to a disk with room")
 
 
+def gmm_mfcc(features: FeatureConfig, *, nj: int = 1) -> FeatureConfig:
+    """The GMM systems' MFCC settings: 23 mel bins, 13 cepstra, the network's framing
+    (so both feature streams have the same frames) and the rest of ``features``."""
+    return replace(features, kind="mfcc", num_mel_bins=23, num_ceps=13, nj=nj)
+
+
 class GmmFeatures:
     """A data dir's GMM features, utterance by utterance: MFCC, the speaker's mean
     subtracted, deltas added.

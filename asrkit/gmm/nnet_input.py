@@ -13,8 +13,10 @@ stats of its own): ``<exp>/data_fmllr/<set>`` for training and validation,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +26,20 @@ from asrkit.data.io import atomic_writer
 from asrkit.data.kaldi_ark import kaldi_io, write_ark
 from asrkit.data.kaldi_table import read_matrix
 from asrkit.errors import DataError
-from asrkit.features.cmvn import cmvn_stats
+from asrkit.features.cmvn import apply_cmvn, cmvn_stats
+from asrkit.features.extractors import FeatureConfig
 from asrkit.gmm.adapt import FINAL_MAT, TRANSFORMS, Adaptation, read_transforms
+from asrkit.gmm.config import GmmConfig, WfstConfig
 from asrkit.gmm.feats import GmmFeatures
 
-__all__ = ["FMLLR_DATA", "fmllr_data_root", "fmllr_dim", "read_speaker_transforms", "write_fmllr_dir"]
+__all__ = [
+    "FMLLR_DATA",
+    "SpeakerAdapter",
+    "fmllr_data_root",
+    "fmllr_dim",
+    "read_speaker_transforms",
+    "write_fmllr_dir",
+]
 
 log = logging.getLogger(__name__)
 
@@ -177,3 +188,107 @@ def write_decoding_input(exp_dir: Path, data_dir: Path, name: str, system_dir: P
     out = fmllr_data_root(exp_dir) / f"decode_{name}" / name
     write_fmllr_dir(data_dir, Path(exp_dir) / "gmm" / "data" / name, adaptation, speakers, out)
     return out
+
+
+# ---------------------------------------------------------------- one speaker's audio
+
+
+class _SpeakerMfcc:
+    """One speaker's recordings as a GMM data dir reads: MFCC, the speaker's mean
+    subtracted (what :class:`~asrkit.gmm.feats.GmmFeatures` gives a data dir's utterances)."""
+
+    def __init__(self, feats: dict[str, np.ndarray], speaker: str) -> None:
+        from types import SimpleNamespace
+
+        stats = sum(cmvn_stats(x) for x in feats.values())
+        self._feats = {utt: apply_cmvn(x, stats, norm_vars=False) for utt, x in feats.items()}  # type: ignore[arg-type]
+        self.data = SimpleNamespace(utt2spk={utt: speaker for utt in feats})
+        self.data_dir = Path(speaker)
+
+    @property
+    def utt_ids(self) -> list[str]:
+        return list(self._feats)
+
+    def __call__(self, utt: str) -> np.ndarray:
+        return self._feats[utt]
+
+
+class SpeakerAdapter:
+    """The joined input of one speaker's recordings, as :func:`write_fmllr_dir` and the
+    two-pass decoding of stage 5 make it for a data dir: MFCC (the GMM stage's settings)
+    with the speaker's mean subtracted, the SAT system's speaker-independent first pass
+    (``final.alimdl`` through the system's HCLG at ``first_pass``), the speaker's fMLLR
+    transform from those hypotheses and the audio alone, the adapted features joined to
+    each recording's fbank. What ``asrkit transcribe`` decodes an ``align.fmllr`` model with.
+
+    Args:
+        system_dir: the SAT system (``final.mdl``, ``final.alimdl``, ``final.mat``, ``tree``,
+            ``graph/``) in a GMM dir whose ``lang/`` it was trained with.
+        gmm: the ``gmm`` settings (alignment beams, fMLLR silence weight).
+        wfst: the ``wfst`` settings (the first pass's beams and point).
+        mfcc: the GMM stage's MFCC settings.
+    """
+
+    def __init__(self, system_dir: Path, *, gmm: GmmConfig, wfst: WfstConfig, mfcc: FeatureConfig) -> None:
+        from asrkit.decoding.wfst import WfstDecoder
+        from asrkit.gmm.graph import load_graph_dir
+        from asrkit.gmm.lang import load_lang
+        from asrkit.gmm.train import GmmSystem
+
+        self.system_dir = Path(system_dir)
+        lang = load_lang(self.system_dir.parent / "lang")
+        self.system = GmmSystem.load(self.system_dir, lang)
+        adaptation = Adaptation.read(self.system_dir, lang)
+        if adaptation is None or adaptation.alimdl is None:
+            raise DataError(
+                f"{self.system_dir}: not a SAT system (no final.mat or final.alimdl); an align.fmllr "
+                "model's recordings are adapted by the SAT system its alignments came from"
+            )
+        self.adaptation = adaptation
+        self.gmm, self.mfcc = gmm, dataclasses.replace(mfcc, resample=True)
+        self.first_pass = (float(wfst.first_pass[0]), float(wfst.first_pass[1]))
+        self.search = WfstDecoder.from_graph_dir(
+            load_graph_dir(self.system_dir / "graph"),
+            self.system.trans_model,
+            beam=wfst.beam,
+            lattice_beam=wfst.lattice_beam,
+            max_active=wfst.max_active,
+            acoustic_scale=gmm.acoustic_scale,
+        )
+
+    def joined(
+        self, recordings: Sequence[tuple[str, np.ndarray, int, str]], fbank: FeatureConfig
+    ) -> dict[str, np.ndarray]:
+        """``(utt, samples, rate, where)`` of one speaker -> utt -> fbank and fMLLR
+        features side by side (not normalised)."""
+        from asrkit.features.extractors import extract
+        from asrkit.gmm.adapt import TransformedFeatures, transforms_from_hypotheses
+
+        speaker = "speaker"
+        mfcc = {utt: extract(s, r, self.mfcc, utt=utt, where=w) for utt, s, r, w in recordings}
+        si = TransformedFeatures(
+            _SpeakerMfcc(mfcc, speaker),  # type: ignore[arg-type]
+            self.adaptation.transform,
+            context=self.adaptation.context,
+        )
+        alimdl = self.adaptation.alimdl
+        assert alimdl is not None
+        scores = {utt: alimdl.log_likelihoods(si(utt)) for utt in si.utt_ids}
+        swept = self.search.sweep(scores, [self.first_pass[0]], word_penalties=[self.first_pass[1]], nj=1)
+        first = {utt: " ".join(words[self.first_pass]) for utt, words in swept.items()}
+        speakers = transforms_from_hypotheses(
+            self.system, alimdl, si, first, self.gmm, silence_weight=self.gmm.fmllr_silence_weight
+        )
+        adapted = TransformedFeatures(si.base, si.transform, context=si.context, speakers=speakers)
+        out = {}
+        fbank = dataclasses.replace(fbank, resample=True)
+        for utt, samples, rate, where in recordings:
+            raw = extract(samples, rate, fbank, utt=utt, where=where)
+            fmllr = adapted(utt)
+            if len(raw) != len(fmllr):
+                raise DataError(
+                    f"{where}: {len(raw)} fbank frames but {len(fmllr)} MFCC frames; the model's "
+                    "features and the GMM stage's must share their frame settings"
+                )
+            out[utt] = np.hstack([raw, fmllr]).astype(np.float32)
+        return out

@@ -93,11 +93,10 @@ def _gmm_sets(ctx: StageContext) -> list[str]:
     ],
 )
 def gmm(ctx: StageContext) -> None:
-    from dataclasses import replace
 
     from asrkit.data.perturb import original_only, perturbed_factors
     from asrkit.gmm.adapt import Adaptation, TransformedFeatures, align_adapted, system_features
-    from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
+    from asrkit.gmm.feats import GmmFeatures, gmm_mfcc, make_gmm_data_dir
     from asrkit.gmm.lang import UNK_PHONE, UNK_WORD, prepare_lang
     from asrkit.gmm.pipeline import train_systems
     from asrkit.gmm.train import AlignResult, GraphCompiler, align, write_alignment_dir
@@ -115,7 +114,7 @@ def gmm(ctx: StageContext) -> None:
         lexicon = {**lexicon, UNK_WORD: lexicon.get(UNK_WORD, [(UNK_PHONE,)])}
     lang = prepare_lang(lexicon, root / "lang", oov_word=UNK_WORD if UNK_WORD in lexicon else "")
     log.info("lang: %d phones, %d words -> %s", len(lang.real_phones), len(lang.words) - 4, root / "lang")
-    mfcc = replace(ctx.cfg.features, kind="mfcc", num_mel_bins=23, num_ceps=13, nj=cfg.nj)
+    mfcc = gmm_mfcc(ctx.cfg.features, nj=cfg.nj)
     for name in _gmm_sets(ctx):
         make_gmm_data_dir(ctx.data_root / name, root / "data" / name, root / "mfcc", mfcc)
     train_set, dev_set = ctx.cfg.data.train_set, ctx.cfg.data.dev_set
@@ -358,6 +357,13 @@ def hybrid_decode(ctx: StageContext) -> None:
         prior_floor=ctx.cfg.wfst.prior_floor,
         prior_scale=ctx.cfg.wfst.prior_scale,
     )
+    adapter = None
+    if ctx.cfg.align.fmllr:
+        from asrkit.gmm.feats import gmm_mfcc
+        from asrkit.gmm.nnet_input import SpeakerAdapter
+
+        # What asrkit transcribe adapts a speaker's recordings with (the record names it).
+        adapter = SpeakerAdapter(last, gmm=ctx.cfg.gmm, wfst=ctx.cfg.wfst, mfcc=gmm_mfcc(ctx.cfg.features))
     decoder = HybridDecoder(
         recognizer,
         scorer,
@@ -366,6 +372,7 @@ def hybrid_decode(ctx: StageContext) -> None:
         counts=PRIOR_COUNTS,
         graph=graph_dir,
         transitions=Path(source) / "final.mdl",
+        adapter=adapter,
         nj=ctx.cfg.wfst.nj,
     )
     prepared: dict[str, Prepared] = {}

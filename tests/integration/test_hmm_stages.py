@@ -734,10 +734,18 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
     assert (exp / "data_fmllr" / "train_dev" / "feats.scp").is_file()
     assert torch.load(exp / "model.pt", weights_only=False)["meta"]["fmllr"] is True
     assert _wer(exp / "decode_hybrid_test" / "scoring" / "wer") < 100.0
-    wav = hybrid.data / "test" / "wav.scp"
-    audio = read_kaldi_map(wav)[hybrid_first(hybrid)].split()[-1]
-    refused = run_cli("transcribe", str(exp), audio)
-    assert_one_line_error(refused, "align.fmllr", "stage 7")
+    # asrkit transcribe --speaker does stage 5's first pass and stage 7's decoding for one
+    # speaker's files from their audio alone: the same words as stage 7 for each.
+    utt2spk = read_data_dir(hybrid.data / "test").utt2spk
+    speaker = max(set(utt2spk.values()), key=list(utt2spk.values()).count)
+    utts = sorted(u for u, spk in utt2spk.items() if spk == speaker)
+    wav = read_kaldi_map(hybrid.data / "test" / "wav.scp")
+    result = run_cli("transcribe", str(exp), "--speaker", *(wav[u] for u in utts))
+    assert result.returncode == 0, result.stderr[-3000:]
+    stage7 = read_kaldi_map(exp / "decode_hybrid_test" / "hyp", allow_empty_value=True)
+    said = [line.split("\t", 1) for line in result.stdout.splitlines()]
+    assert [path for path, _ in said] == [wav[u] for u in utts]
+    assert [text for _, text in said] == [stage7[u] for u in utts]
     # The same sets with wrong references (the test set's in the recipe data and the GMM
     # data dir): the test hypotheses and transforms cannot change.
     wrong_data, wrong_exp = tmp_path / "data_wrong", tmp_path / "exp_wrong"
