@@ -26,7 +26,14 @@ if TYPE_CHECKING:
     from asrkit.gmm.nnet_input import SpeakerAdapter
     from asrkit.gmm.train import GmmSystem
 
-__all__ = ["PRIOR_COUNTS", "GmmDecoder", "HclgDecoder", "HybridDecoder", "HybridScorer", "read_counts"]
+__all__ = [
+    "PRIOR_COUNTS",
+    "GmmDecoder",
+    "HclgDecoder",
+    "HybridDecoder",
+    "HybridScorer",
+    "read_counts",
+]
 
 #: The pdf counts of the training alignments, written in a hybrid experiment dir.
 PRIOR_COUNTS = "ali_train_pdf.counts"

@@ -37,6 +37,7 @@ import kaldifst
 import numpy as np
 
 from asrkit.errors import ConfigError, DataError
+from asrkit.gmm.config import WfstConfig
 from asrkit.sigstack import quiet_worker
 
 log = logging.getLogger(__name__)
@@ -527,3 +528,16 @@ def _sweep_chunk(utts: list[str]) -> tuple[dict[str, dict[tuple[float, float], l
         for utt in utts
     }
     return words, decoder.num_partial - before
+
+
+def wfst_search(graph: Any, transitions: Any, wfst: WfstConfig, *, acoustic_scale: float) -> WfstDecoder:
+    """The lattice search through ``graph`` (a loaded graph dir) with the ``wfst``
+    settings' beams: stages 5 and 7 and a SAT system's first pass on audio build it here."""
+    return WfstDecoder.from_graph_dir(
+        graph,
+        transitions,
+        beam=wfst.beam,
+        lattice_beam=wfst.lattice_beam,
+        max_active=wfst.max_active,
+        acoustic_scale=acoustic_scale,
+    )

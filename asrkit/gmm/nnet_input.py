@@ -230,7 +230,7 @@ class SpeakerAdapter:
     """
 
     def __init__(self, system_dir: Path, *, gmm: GmmConfig, wfst: WfstConfig, mfcc: FeatureConfig) -> None:
-        from asrkit.decoding.wfst import WfstDecoder
+        from asrkit.decoding.wfst import wfst_search
         from asrkit.gmm.graph import load_graph_dir
         from asrkit.gmm.lang import load_lang
         from asrkit.gmm.train import GmmSystem
@@ -247,12 +247,10 @@ class SpeakerAdapter:
         self.adaptation = adaptation
         self.gmm, self.mfcc = gmm, dataclasses.replace(mfcc, resample=True)
         self.first_pass = (float(wfst.first_pass[0]), float(wfst.first_pass[1]))
-        self.search = WfstDecoder.from_graph_dir(
+        self.search = wfst_search(
             load_graph_dir(self.system_dir / "graph"),
             self.system.trans_model,
-            beam=wfst.beam,
-            lattice_beam=wfst.lattice_beam,
-            max_active=wfst.max_active,
+            wfst,
             acoustic_scale=gmm.acoustic_scale,
         )
 

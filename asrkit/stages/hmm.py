@@ -186,17 +186,9 @@ def _grid(ctx: StageContext) -> list[tuple[float, float]]:
 
 
 def _search(ctx: StageContext, graph: GraphDir, transitions: object) -> WfstDecoder:
-    from asrkit.decoding.wfst import WfstDecoder
+    from asrkit.decoding.wfst import wfst_search
 
-    cfg = ctx.cfg.wfst
-    return WfstDecoder.from_graph_dir(
-        graph,
-        transitions,
-        beam=cfg.beam,
-        lattice_beam=cfg.lattice_beam,
-        max_active=cfg.max_active,
-        acoustic_scale=ctx.cfg.gmm.acoustic_scale,
-    )
+    return wfst_search(graph, transitions, ctx.cfg.wfst, acoustic_scale=ctx.cfg.gmm.acoustic_scale)
 
 
 def _lm(ctx: StageContext) -> Path:

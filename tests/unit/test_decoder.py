@@ -187,5 +187,5 @@ def test_tuning_and_decoding_is_written_once() -> None:
     assert homes == {
         '"best_wer"': {"stages/common.py"},
         "BeamSearch(": {"decoding/ctc.py"},
-        "WfstDecoder.from_graph_dir(": {"decoding/hclg.py", "stages/hmm.py"},
+        "WfstDecoder.from_graph_dir(": {"decoding/hclg.py", "decoding/wfst.py"},
     }
