@@ -97,10 +97,11 @@ class TransformedFeatures:
         return splice(np.asarray(self.base(utt), dtype=np.float64), self.context)
 
     def __call__(self, utt: str) -> np.ndarray:
-        feats = apply_affine(self.transform, self.spliced(utt))
-        speaker = self.speakers.get(self.data.utt2spk[utt])
-        if speaker is not None:
-            feats = apply_affine(speaker, feats)
+        where = f"{self.data_dir}: utterance {utt}"
+        feats = apply_affine(self.transform, self.spliced(utt), where=f"{where} (final.mat)")
+        speaker = self.data.utt2spk[utt]
+        if speaker in self.speakers:
+            feats = apply_affine(self.speakers[speaker], feats, where=f"{where} (speaker {speaker}'s fMLLR transform)")
         return feats.astype(np.float32)
 
     def __iter__(self) -> Iterator[tuple[str, np.ndarray]]:

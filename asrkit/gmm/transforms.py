@@ -57,16 +57,19 @@ def splice(feats: np.ndarray, context: int = 3) -> np.ndarray:
     return feats[index].reshape(frames, -1)
 
 
-def apply_affine(transform: np.ndarray, feats: np.ndarray) -> np.ndarray:
+def apply_affine(transform: np.ndarray, feats: np.ndarray, *, where: str = "") -> np.ndarray:
     """``feats`` ``(T, D)`` through ``transform``: ``(k, D)`` linear, or ``(k, D + 1)`` with
-    the offset in the last column (Kaldi's ``transform-feats``)."""
+    the offset in the last column (Kaldi's ``transform-feats``). ``where`` names the
+    features and the transform in the error."""
     dims = feats.shape[1]
     if transform.shape[1] == dims:
         return feats @ transform.T
     if transform.shape[1] == dims + 1:
         return feats @ transform[:, :dims].T + transform[:, dims]
     raise DataError(
-        f"a {transform.shape[0]}x{transform.shape[1]} transform cannot apply to {dims}-dim features"
+        f"{where + ': ' if where else ''}a {transform.shape[0]}x{transform.shape[1]} transform cannot "
+        f"apply to {dims}-dim features; the transform comes from a system trained on other features "
+        "(check gmm.splice_context and the features of the data dir against the system's)"
     )
 
 

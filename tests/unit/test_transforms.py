@@ -123,6 +123,8 @@ def test_composed_transforms_apply_as_the_chain(tmp_path: Path) -> None:
     chained = apply_affine(fmllr, apply_affine(mllt, apply_affine(lda, x)))
     np.testing.assert_allclose(apply_affine(compose([lda, mllt, fmllr], 6), x), chained, atol=1e-10)
     assert compose([lda, mllt], 6).shape == (4, 6)  # linear in, linear out
+    with pytest.raises(DataError, match=r"data/test: utterance u1 \(final.mat\): a 4x5 transform.*6-dim"):
+        apply_affine(fmllr, x, where="data/test: utterance u1 (final.mat)")
 
 
 def test_matrix_files_are_kaldis_binary_and_read_back_bitwise(tmp_path: Path) -> None:
