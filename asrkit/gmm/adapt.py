@@ -101,7 +101,9 @@ class TransformedFeatures:
         feats = apply_affine(self.transform, self.spliced(utt), where=f"{where} (final.mat)")
         speaker = self.data.utt2spk[utt]
         if speaker in self.speakers:
-            feats = apply_affine(self.speakers[speaker], feats, where=f"{where} (speaker {speaker}'s fMLLR transform)")
+            feats = apply_affine(
+                self.speakers[speaker], feats, where=f"{where} (speaker {speaker}'s fMLLR transform)"
+            )
         return feats.astype(np.float32)
 
     def __iter__(self) -> Iterator[tuple[str, np.ndarray]]:
