@@ -338,6 +338,8 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "lm.general_words": 0,
     "align.fmllr": False,
     "lm.general_weights": [0.02, 0.05, 0.1, 0.2, 0.3],
+    "align.ivector_dim": 0,
+    "align.ivector_gauss": 256,
 }
 
 

@@ -243,7 +243,7 @@ def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it
         from asrkit.gmm.nnet_input import fmllr_data_root, fmllr_dim
 
         data_root = fmllr_data_root(exp_dir)
-        dim += fmllr_dim(Path(alignment_source(cfg, exp_dir, "train")))
+        dim += fmllr_dim(Path(alignment_source(cfg, exp_dir, "train"))) + cfg.align.ivector_dim
     train_dir, dev_dir = data_root / cfg.data.train_set, data_root / cfg.data.dev_set
     stats = None
     if cfg.features.cmvn == "global":
@@ -280,6 +280,7 @@ def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it
         "objective": cfg.objective,
         "decode_head": objective.decodes_from,
         "fmllr": cfg.align.fmllr,
+        "ivector_dim": cfg.align.ivector_dim,
     }
     return LearnerParts(
         cfg,

@@ -284,15 +284,15 @@ class HybridDecoder(HclgDecoder):
                 f"{self.recognizer.model_file} reads fbank joined with fMLLR features (align.fmllr) "
                 "but this decoder has no SAT system to adapt with; decode with the record stage 7 wrote"
             )
-        from asrkit.features.cmvn import cmvn_stats
+        from asrkit.gmm.nnet_input import speaker_stats
         from asrkit.loader.batch import Utterance
         from asrkit.loader.sources import InMemorySource
 
         joined = self.adapter.joined(recordings, self.recognizer.features)
-        stats = sum(cmvn_stats(x) for x in joined.values())
+        stats = speaker_stats(joined.values(), self.adapter.ivector_dim)
         normalize = self.recognizer.normalize
         utts = [
-            Utterance(utt, normalize(x, stats), np.zeros(0, dtype=np.int64))  # type: ignore[arg-type]
+            Utterance(utt, normalize(x, stats), np.zeros(0, dtype=np.int64))
             for utt, x in joined.items()
         ]
         return self._prepared(InMemorySource(utts))
@@ -315,6 +315,8 @@ class HybridDecoder(HclgDecoder):
         )
         if self.adapter is not None:
             settings["fmllr_system"] = str(self.adapter.system_dir.resolve())
+            if self.adapter.ivectors is not None:
+                settings["ivectors"] = True
         return DecodingRecord(
             kind="hybrid",
             weights=list(point),
@@ -353,11 +355,15 @@ def _hybrid_from_record(exp_dir: Path, record: DecodingRecord, *, model: str, de
     if "fmllr_system" in s:
         from asrkit.config import load_saved
         from asrkit.gmm.feats import gmm_mfcc
-        from asrkit.gmm.nnet_input import SpeakerAdapter
+        from asrkit.gmm.nnet_input import SpeakerAdapter, read_ivector_extractor
 
         cfg = load_saved(exp_dir / "config.yaml")
         adapter = SpeakerAdapter(
-            here(s["fmllr_system"]), gmm=cfg.gmm, wfst=cfg.wfst, mfcc=gmm_mfcc(cfg.features)
+            here(s["fmllr_system"]),
+            gmm=cfg.gmm,
+            wfst=cfg.wfst,
+            mfcc=gmm_mfcc(cfg.features),
+            ivectors=read_ivector_extractor(exp_dir) if s.get("ivectors") else None,
         )
     return HybridDecoder(
         recognizer,

@@ -16,8 +16,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,16 +30,25 @@ from asrkit.data.kaldi_table import read_matrix
 from asrkit.errors import DataError
 from asrkit.features.cmvn import apply_cmvn, cmvn_stats
 from asrkit.features.extractors import FeatureConfig
-from asrkit.gmm.adapt import FINAL_MAT, TRANSFORMS, Adaptation, read_transforms
+from asrkit.gmm.adapt import FINAL_MAT, TRANSFORMS, Adaptation, TransformedFeatures, read_transforms
 from asrkit.gmm.config import GmmConfig, WfstConfig
 from asrkit.gmm.feats import GmmFeatures
+from asrkit.gmm.ivector import IvectorExtractor, train_extractor, train_ubm, unit_stats
+
+if TYPE_CHECKING:
+    from asrkit.targets.align_config import AlignConfig
 
 __all__ = [
     "FMLLR_DATA",
+    "IVECTOR_EXTRACTOR",
     "SpeakerAdapter",
     "fmllr_data_root",
     "fmllr_dim",
+    "read_ivector_extractor",
     "read_speaker_transforms",
+    "speaker_ivectors",
+    "speaker_stats",
+    "train_ivector_extractor",
     "write_fmllr_dir",
 ]
 
@@ -78,11 +89,15 @@ def write_fmllr_dir(
     adaptation: Adaptation,
     speakers: dict[str, np.ndarray],
     out_dir: Path,
+    *,
+    ivectors: IvectorExtractor | None = None,
 ) -> int:
     """A data dir at ``out_dir`` whose features are ``data_dir``'s (fbank) joined to the
     fMLLR features of ``gmm_data`` (its MFCC + CMVN) through ``adaptation``'s
-    ``final.mat`` and each speaker's transform of ``speakers``; per-speaker CMVN stats of
-    the joined features. Written whole or not at all. Returns the joined dimension.
+    ``final.mat`` and each speaker's transform of ``speakers`` (and, with ``ivectors``, to
+    each speaker's i-vector from its speaker-independent LDA+MLLT features); per-speaker
+    CMVN stats of the joined features (:func:`speaker_stats`). Written whole or not at all.
+    Returns the joined dimension.
 
     Raises:
         DataError: an utterance without GMM features, or whose two feature streams have
@@ -102,6 +117,8 @@ def write_fmllr_dir(
             ", ".join(missing[:3]),
         )
     fmllr = Adaptation(adaptation.transform, adaptation.context, speakers).features(base)
+    vectors = speaker_ivectors(ivectors, fmllr.unadapted(), data.utt2spk) if ivectors is not None else {}
+    ivector_dim = ivectors.dim if ivectors is not None else 0
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -121,10 +138,13 @@ def write_fmllr_dir(
                     f"{utt}: {fbank.shape[0]} fbank frames in {data_dir} but {adapted.shape[0]} MFCC "
                     f"frames in {gmm_data}; compute both with the same frame settings (rerun stages 2 and 4)"
                 )
-            both = np.hstack([fbank, adapted]).astype(np.float32)
-            dim = both.shape[1]
             spk = data.utt2spk[utt]
-            stats = cmvn_stats(both)
+            parts = [fbank, adapted]
+            if ivectors is not None:
+                parts.append(np.broadcast_to(vectors[spk], (len(fbank), ivector_dim)))
+            both = np.hstack(parts).astype(np.float32)
+            dim = both.shape[1]
+            stats = speaker_stats([both], ivector_dim)
             spk_stats[spk] = stats if spk not in spk_stats else spk_stats[spk] + stats
             yield utt, both
 
@@ -148,13 +168,107 @@ def write_fmllr_dir(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    log.info("%s: %d utterances, fbank and fMLLR features joined (%d dims)", out_dir, len(data.utt_ids), dim)
+    log.info(
+        "%s: %d utterances, fbank and fMLLR features%s joined (%d dims)",
+        out_dir,
+        len(data.utt_ids),
+        f" and {ivector_dim}-dim i-vectors" if ivector_dim else "",
+        dim,
+    )
     return dim
 
 
-def write_training_inputs(exp_dir: Path, data_root: Path, sets: dict[str, Path]) -> None:
+def speaker_stats(feats: Iterable[np.ndarray], ivector_dim: int = 0) -> np.ndarray:
+    """A speaker's CMVN stats of its joined features, whose last ``ivector_dim`` columns
+    (the speaker's i-vector, constant over its frames) get the stats of mean 0 and variance
+    1: normalisation passes them through (the speaker's own mean would zero them)."""
+    stats = sum(cmvn_stats(x) for x in feats)
+    if ivector_dim:
+        stats = np.array(stats, dtype=np.float64)
+        dims = stats.shape[1] - 1
+        stats[0, dims - ivector_dim : dims] = 0.0
+        stats[1, dims - ivector_dim : dims] = stats[0, dims]
+    return stats  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- i-vectors
+
+#: Where, in an experiment dir, the i-vector extractor goes.
+IVECTOR_EXTRACTOR = Path("ivector") / "extractor.npz"
+#: At most this many frames, spread over the training set, train the UBM.
+_UBM_FRAMES = 300_000
+
+
+def speaker_ivectors(
+    extractor: IvectorExtractor, feats: TransformedFeatures, utt2spk: Mapping[str, str]
+) -> dict[str, np.ndarray]:
+    """Each speaker's i-vector from all of its utterances' ``feats`` (speaker-independent
+    LDA+MLLT features: a speaker's own audio, no transcript)."""
+    by_speaker: dict[str, list[str]] = {}
+    for utt in feats.utt_ids:
+        by_speaker.setdefault(utt2spk[utt], []).append(utt)
+    return {spk: extractor.extract(feats(u) for u in utts) for spk, utts in by_speaker.items()}
+
+
+def train_ivector_extractor(
+    gmm_data: Path, ali_dir: Path, out: Path, *, dim: int, gauss: int, seed: int
+) -> IvectorExtractor:
+    """A UBM of ``gauss`` Gaussians and a ``dim``-dim extractor on the speaker-independent
+    LDA+MLLT features (``ali_dir``'s ``final.mat``) of ``gmm_data``'s utterances, each
+    utterance one training unit (as Kaldi's ``train_ivector_extractor.sh``); saved at ``out``."""
+    began = time.monotonic()
+    adaptation = Adaptation.read(Path(ali_dir))
+    if adaptation is None:
+        fmllr_dim(ali_dir)  # raises the error that names what is missing
+        raise AssertionError("unreachable")
+    feats = adaptation.features(GmmFeatures(gmm_data, delta_order=0), speakers=False)
+    lengths = read_kaldi_map(Path(gmm_data) / "utt2num_frames")
+    total = sum(int(lengths.get(u, 0)) for u in feats.utt_ids)
+    every = max(1, -(-total // _UBM_FRAMES))
+    sample = np.concatenate([feats(u)[::every] for u in feats.utt_ids])
+    ubm, ubm_history = train_ubm(sample, gauss, seed=seed)
+    units = [unit_stats(ubm, [feats(u)]) for u in feats.utt_ids]
+    extractor, history = train_extractor(ubm, units, dim, seed=seed)
+    extractor.save(out)
+    log.info(
+        "%s: UBM of %d Gaussians on %d frames (log-likelihood per frame %.3f), %d-dim extractor on "
+        "%d utterances (objective per utterance %.2f -> %.2f), %.0f s",
+        out,
+        gauss,
+        len(sample),
+        ubm_history[-1],
+        dim,
+        len(units),
+        history[0],
+        history[-1],
+        time.monotonic() - began,
+    )
+    return extractor
+
+
+def write_training_inputs(
+    exp_dir: Path,
+    data_root: Path,
+    sets: dict[str, Path],
+    *,
+    ivectors: AlignConfig | None = None,
+    seed: int = 0,
+) -> None:
     """The joined features of the training and dev sets: ``sets`` maps each set's name to
-    its alignment dir (whose ``final.mat`` and ``trans.1`` give the fMLLR features)."""
+    its alignment dir (whose ``final.mat`` and ``trans.1`` give the fMLLR features), the
+    training set first. With ``ivectors`` (``align`` settings whose ``ivector_dim`` > 0),
+    the i-vector extractor is trained on the first set and every speaker gets one."""
+    extractor = None
+    if ivectors is not None and ivectors.ivector_dim:
+        name, ali_dir = next(iter(sets.items()))
+        extractor = train_ivector_extractor(
+            Path(exp_dir) / "gmm" / "data" / name,
+            ali_dir,
+            Path(exp_dir) / IVECTOR_EXTRACTOR,
+            dim=ivectors.ivector_dim,
+            gauss=ivectors.ivector_gauss,
+            seed=seed,
+        )
     for name, ali_dir in sets.items():
         adaptation = Adaptation.read(ali_dir)
         if adaptation is None:
@@ -169,13 +283,17 @@ def write_training_inputs(exp_dir: Path, data_root: Path, sets: dict[str, Path])
             adaptation,
             speakers,
             fmllr_data_root(exp_dir) / name,
+            ivectors=extractor,
         )
 
 
-def write_decoding_input(exp_dir: Path, data_dir: Path, name: str, system_dir: Path) -> Path:
+def write_decoding_input(
+    exp_dir: Path, data_dir: Path, name: str, system_dir: Path, *, ivectors: bool = False
+) -> Path:
     """The joined features of a decoded set, its speakers' transforms from the SAT
-    system's two-pass decoding of it (``<system_dir>/decode_<name>/trans.1``); returns the
-    data dir written."""
+    system's two-pass decoding of it (``<system_dir>/decode_<name>/trans.1``) (and, with
+    ``ivectors``, their i-vectors by the training stage's extractor); returns the data dir
+    written."""
     adaptation = Adaptation.read(system_dir)
     if adaptation is None:
         fmllr_dim(system_dir)
@@ -186,8 +304,18 @@ def write_decoding_input(exp_dir: Path, data_dir: Path, name: str, system_dir: P
     )
     # Apart from the training stage's dev dir (whose transforms came from its transcripts).
     out = fmllr_data_root(exp_dir) / f"decode_{name}" / name
-    write_fmllr_dir(data_dir, Path(exp_dir) / "gmm" / "data" / name, adaptation, speakers, out)
+    extractor = read_ivector_extractor(exp_dir) if ivectors else None
+    write_fmllr_dir(
+        data_dir, Path(exp_dir) / "gmm" / "data" / name, adaptation, speakers, out, ivectors=extractor
+    )
     return out
+
+
+def read_ivector_extractor(exp_dir: Path) -> IvectorExtractor:
+    path = Path(exp_dir) / IVECTOR_EXTRACTOR
+    if not path.is_file():
+        raise DataError(f"{path}: not found; the training stage (6) trains it with align.ivector_dim > 0")
+    return IvectorExtractor.load(path)
 
 
 # ---------------------------------------------------------------- one speaker's audio
@@ -227,9 +355,19 @@ class SpeakerAdapter:
         gmm: the ``gmm`` settings (alignment beams, fMLLR silence weight).
         wfst: the ``wfst`` settings (the first pass's beams and point).
         mfcc: the GMM stage's MFCC settings.
+        ivectors: the i-vector extractor of a model trained with them (``align.ivector_dim``):
+            the speaker's i-vector joins the features.
     """
 
-    def __init__(self, system_dir: Path, *, gmm: GmmConfig, wfst: WfstConfig, mfcc: FeatureConfig) -> None:
+    def __init__(
+        self,
+        system_dir: Path,
+        *,
+        gmm: GmmConfig,
+        wfst: WfstConfig,
+        mfcc: FeatureConfig,
+        ivectors: IvectorExtractor | None = None,
+    ) -> None:
         from asrkit.decoding.wfst import wfst_search
         from asrkit.gmm.graph import load_graph_dir
         from asrkit.gmm.lang import load_lang
@@ -244,7 +382,7 @@ class SpeakerAdapter:
                 f"{self.system_dir}: not a SAT system (no final.mat or final.alimdl); an align.fmllr "
                 "model's recordings are adapted by the SAT system its alignments came from"
             )
-        self.adaptation = adaptation
+        self.adaptation, self.ivectors = adaptation, ivectors
         self.gmm, self.mfcc = gmm, dataclasses.replace(mfcc, resample=True)
         self.first_pass = (float(wfst.first_pass[0]), float(wfst.first_pass[1]))
         self.search = wfst_search(
@@ -254,11 +392,15 @@ class SpeakerAdapter:
             acoustic_scale=gmm.acoustic_scale,
         )
 
+    @property
+    def ivector_dim(self) -> int:
+        return self.ivectors.dim if self.ivectors is not None else 0
+
     def joined(
         self, recordings: Sequence[tuple[str, np.ndarray, int, str]], fbank: FeatureConfig
     ) -> dict[str, np.ndarray]:
         """``(utt, samples, rate, where)`` of one speaker -> utt -> fbank and fMLLR
-        features side by side (not normalised)."""
+        features (and the speaker's i-vector) side by side (not normalised)."""
         from asrkit.features.extractors import extract
         from asrkit.gmm.adapt import TransformedFeatures, transforms_from_hypotheses
 
@@ -278,6 +420,7 @@ class SpeakerAdapter:
             self.system, alimdl, si, first, self.gmm, silence_weight=self.gmm.fmllr_silence_weight
         )
         adapted = TransformedFeatures(si.base, si.transform, context=si.context, speakers=speakers)
+        vector = self.ivectors.extract(si(u) for u in si.utt_ids) if self.ivectors is not None else None
         out = {}
         fbank = dataclasses.replace(fbank, resample=True)
         for utt, samples, rate, where in recordings:
@@ -288,5 +431,8 @@ class SpeakerAdapter:
                     f"{where}: {len(raw)} fbank frames but {len(fmllr)} MFCC frames; the model's "
                     "features and the GMM stage's must share their frame settings"
                 )
-            out[utt] = np.hstack([raw, fmllr]).astype(np.float32)
+            parts = [raw, fmllr]
+            if vector is not None:
+                parts.append(np.broadcast_to(vector, (len(raw), len(vector))))
+            out[utt] = np.hstack(parts).astype(np.float32)
         return out

@@ -352,10 +352,16 @@ def hybrid_decode(ctx: StageContext) -> None:
     adapter = None
     if ctx.cfg.align.fmllr:
         from asrkit.gmm.feats import gmm_mfcc
-        from asrkit.gmm.nnet_input import SpeakerAdapter
+        from asrkit.gmm.nnet_input import SpeakerAdapter, read_ivector_extractor
 
         # What asrkit transcribe adapts a speaker's recordings with (the record names it).
-        adapter = SpeakerAdapter(last, gmm=ctx.cfg.gmm, wfst=ctx.cfg.wfst, mfcc=gmm_mfcc(ctx.cfg.features))
+        adapter = SpeakerAdapter(
+            last,
+            gmm=ctx.cfg.gmm,
+            wfst=ctx.cfg.wfst,
+            mfcc=gmm_mfcc(ctx.cfg.features),
+            ivectors=read_ivector_extractor(ctx.exp_dir) if ctx.cfg.align.ivector_dim else None,
+        )
     decoder = HybridDecoder(
         recognizer,
         scorer,
@@ -377,7 +383,9 @@ def hybrid_decode(ctx: StageContext) -> None:
         from asrkit.gmm.nnet_input import write_decoding_input
 
         name, data_dir = target
-        return name, write_decoding_input(ctx.exp_dir, data_dir, name, last)
+        return name, write_decoding_input(
+            ctx.exp_dir, data_dir, name, last, ivectors=bool(ctx.cfg.align.ivector_dim)
+        )
 
     tune_and_decode(
         decoder,

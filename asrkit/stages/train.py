@@ -68,6 +68,8 @@ def train(ctx: StageContext) -> None:
                 data.train_set: Path(alignment_source(ctx.cfg, ctx.exp_dir, "train")),
                 data.dev_set: Path(alignment_source(ctx.cfg, ctx.exp_dir, "dev")),
             },
+            ivectors=ctx.cfg.align,
+            seed=ctx.cfg.seed,
         )
     if strategy.world_size > 1 and not under_torchrun():
         began = time.time()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from asrkit.errors import ConfigError
 from asrkit.targets.alignments import AlignmentCheckConfig
 
 
@@ -34,6 +35,11 @@ class AlignConfig:
             ``trans.1``; :mod:`asrkit.gmm.nnet_input`), IBM's speaker-adapted input.
             Decoded sets take their speakers' transforms from the SAT system's two-pass
             decoding (stage 5).
+        ivector_dim: with ``align.fmllr``, each frame also gets its speaker's i-vector of
+            this many dimensions (0: none; Kaldi's nnet recipes use 100): a UBM and an
+            extractor trained on the training set's speaker-independent LDA+MLLT features
+            (:mod:`asrkit.gmm.ivector`), one i-vector per speaker from its own audio.
+        ivector_gauss: the UBM's Gaussians.
     """
 
     train: str = ""
@@ -45,6 +51,8 @@ class AlignConfig:
     sets: list[str] = field(default_factory=list)
     model: str = "model.pt"
     fmllr: bool = False
+    ivector_dim: int = 0
+    ivector_gauss: int = 256
 
     def check_config(self, *, num_classes: int = 0) -> AlignmentCheckConfig:
         """The checker's settings (``num_classes``, when non-zero, overrides the key's)."""
@@ -59,3 +67,13 @@ class AlignConfig:
 
     def check(self) -> None:
         self.check_config()
+        if self.ivector_dim < 0 or self.ivector_gauss < 1:
+            raise ConfigError(
+                f"align.ivector_dim={self.ivector_dim}, align.ivector_gauss={self.ivector_gauss}: "
+                "the dimension >= 0 (0: no i-vectors) and the Gaussians >= 1"
+            )
+        if self.ivector_dim and not self.fmllr:
+            raise ConfigError(
+                f"align.ivector_dim={self.ivector_dim} needs align.fmllr=true: the i-vectors join "
+                "the fbank + fMLLR input, from the SAT system's LDA+MLLT features"
+            )

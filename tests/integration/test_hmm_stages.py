@@ -746,6 +746,36 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
     said = [line.split("\t", 1) for line in result.stdout.splitlines()]
     assert [path for path, _ in said] == [wav[u] for u in utts]
     assert [text for _, text in said] == [stage7[u] for u in utts]
+    # With i-vectors (align.ivector_dim): a UBM and extractor on the training set, each
+    # speaker's i-vector after the fMLLR features, passed through the speaker's CMVN.
+    iv_exp = tmp_path / "exp_ivector"
+    shutil.copytree(exp, iv_exp)
+    iv = ("align.fmllr=true", "align.ivector_dim=4", "align.ivector_gauss=8")
+    result = run_cli(*_stages(6, 7, "--force", *_args(hybrid.root, *ADAPTED, *iv, exp=iv_exp)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (iv_exp / "ivector" / "extractor.npz").is_file()
+    for name in ("train", "test"):
+        folder = iv_exp / "data_fmllr" / (name if name == "train" else f"decode_{name}/{name}")
+        joined = read_kaldi_map(folder / "feats.scp")
+        utt2spk = read_data_dir(folder).utt2spk
+        vectors: dict[str, np.ndarray] = {}
+        for utt in sorted(joined):
+            both = read_kaldi_matrix(joined[utt])
+            assert both.shape[1] == fbank_dim + 20 + 4, name
+            np.testing.assert_array_equal(both[:, -4:], np.broadcast_to(both[0, -4:], (len(both), 4)))
+            vectors.setdefault(utt2spk[utt], both[0, -4:])
+            np.testing.assert_array_equal(both[0, -4:], vectors[utt2spk[utt]])
+        assert len({v.tobytes() for v in vectors.values()}) == len(vectors) > 1, name
+        stats = dict(read_matrices(f"scp:{folder / 'cmvn.scp'}"))
+        for st in stats.values():
+            count = st[0, -1]
+            np.testing.assert_array_equal(st[0, -5:-1], 0.0)
+            np.testing.assert_array_equal(st[1, -5:-1], count)
+    assert torch.load(iv_exp / "model.pt", weights_only=False)["meta"]["ivector_dim"] == 4
+    result = run_cli("transcribe", str(iv_exp), "--speaker", *(wav[u] for u in utts))
+    assert result.returncode == 0, result.stderr[-3000:]
+    stage7 = read_kaldi_map(iv_exp / "decode_hybrid_test" / "hyp", allow_empty_value=True)
+    assert [line.split("\t", 1)[1] for line in result.stdout.splitlines()] == [stage7[u] for u in utts]
     # The same sets with wrong references (the test set's in the recipe data and the GMM
     # data dir): the test hypotheses and transforms cannot change.
     wrong_data, wrong_exp = tmp_path / "data_wrong", tmp_path / "exp_wrong"

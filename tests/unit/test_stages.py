@@ -13,6 +13,7 @@ from asrkit.cli.main import main
 from asrkit.config import compose, settings_hash
 from asrkit.data import read_data_dir
 from asrkit.data.kaldi_ark import kaldi_io
+from asrkit.errors import ConfigError
 from asrkit.stages import STAGES
 from tests.helpers import make_an4_corpus
 
@@ -159,6 +160,7 @@ def test_the_speaker_adapted_and_open_vocabulary_settings_leave_earlier_outputs_
             "first_pass",
             "general_words",
             '"fmllr"',
+            "ivector",
         ):
             assert key not in flat, (n, key)
     for override, stage in (
@@ -170,3 +172,11 @@ def test_the_speaker_adapted_and_open_vocabulary_settings_leave_earlier_outputs_
             compose(["pipeline=hybrid", "objective=ce", override]), stage_settings(stage, pipeline="hybrid")
         )
         assert moved != base[stage][0], override
+    # i-vectors join the fMLLR input: the training stage runs again when they are added.
+    fmllr = ["pipeline=hybrid", "objective=ce", "align.fmllr=true"]
+    assert (
+        settings_hash(compose(fmllr), stage_settings(6, pipeline="hybrid"))[0]
+        != settings_hash(compose([*fmllr, "align.ivector_dim=100"]), stage_settings(6, pipeline="hybrid"))[0]
+    )
+    with pytest.raises(ConfigError, match="align.ivector_dim=100 needs align.fmllr=true"):
+        compose(["pipeline=hybrid", "objective=ce", "align.ivector_dim=100"])
