@@ -291,10 +291,7 @@ class HybridDecoder(HclgDecoder):
         joined = self.adapter.joined(recordings, self.recognizer.features)
         stats = speaker_stats(joined.values(), self.adapter.ivector_dim)
         normalize = self.recognizer.normalize
-        utts = [
-            Utterance(utt, normalize(x, stats), np.zeros(0, dtype=np.int64))
-            for utt, x in joined.items()
-        ]
+        utts = [Utterance(utt, normalize(x, stats), np.zeros(0, dtype=np.int64)) for utt, x in joined.items()]
         return self._prepared(InMemorySource(utts))
 
     def _prepared(self, utts: UtteranceSource) -> Prepared:
