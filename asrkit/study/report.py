@@ -345,19 +345,30 @@ def _equal_seed_1(runs: list[Run]) -> list[Run]:
     return [r for r in runs if r["straggler"] == "none" and r["seed"] == 1]
 
 
-def _cost(out: Path) -> str:
-    """What running the study cost this machine, from ``sittings.json``."""
-    path = out / "sittings.json"
-    if not path.is_file():
+def _cost(out: Path, runs: list[Run]) -> str:
+    """What running the study cost this machine: each finished run's simulation (one
+    single-threaded process: ``sim.json``'s ``real_s``), summed, and the sittings of
+    ``sittings.json`` (those that ended by themselves or by a stop; a sitting killed outright,
+    or paused, is not or wrongly there, so the runs' own times are the figure)."""
+    seconds = sum(float(r["sim"].get("real_s", 0.0)) for r in runs)
+    if not runs:
         return ""
-    sittings = json.loads(path.read_text())
-    hours = sum(s["seconds"] for s in sittings) / 3600
-    jobs = sorted({s["jobs"] for s in sittings})
-    return (
-        f"\nRunning it took **{hours:.2f} hours** of wall time on this machine in {len(sittings)} "
-        f"sitting(s), {'/'.join(map(str, jobs))} run(s) at a time, "
-        f"{sum(s['runs_finished'] for s in sittings)} runs finished in them.\n"
+    text = (
+        f"\nRunning it took **{seconds / 3600:.1f} core-hours** on this machine: the {len(runs)} "
+        "finished runs' simulations, each one single-threaded process (one core), summed; the "
+        "decoding of each run's model adds about a minute.\n"
     )
+    path = out / "sittings.json"
+    if path.is_file():
+        sittings = json.loads(path.read_text())
+        hours = sum(s["seconds"] for s in sittings) / 3600
+        jobs = sorted({s["jobs"] for s in sittings})
+        text += (
+            f"Sittings recorded whole: {len(sittings)}, {hours:.2f} hours of wall time, "
+            f"{'/'.join(map(str, jobs))} run(s) at a time, "
+            f"{sum(s['runs_finished'] for s in sittings)} runs finished in them.\n"
+        )
+    return text
 
 
 def _listing(names: list[str], most: int = 8) -> str:
@@ -385,7 +396,8 @@ def write_report(out: Path, docs: Path, *, name: str = "study_results") -> Path:
         + (f"Not finished: {_listing(missing)}.\n\n" if missing else "")
         + "Virtual seconds of the simulated cluster; dev loss is the CTC loss per utterance "
         "(ctc) or the frame cross-entropy (hybrid); dev WER (where decoded) through the "
-        "experiment's HCLG, its weights tuned on dev. See docs/study.md for the verdicts.\n" + _cost(out)
+        "experiment's HCLG, its weights tuned on dev. See docs/study.md for the verdicts.\n"
+        + _cost(out, runs)
     )
     if any(r.get("optim") for r in runs):  # a study trained to the end (docs/study.md)
         sections = converged_sections(runs, figures, diverged)
