@@ -10,7 +10,8 @@ Choices that come with a registry of implementations (``features.kind``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 
 #: ``pipeline``: CTC acoustic models, or GMM-HMM systems and a hybrid BLSTM.
 PIPELINES = ("ctc", "hybrid")
@@ -51,4 +52,28 @@ def unknown(key: str, value: object, choices: Sequence[object]) -> list[str]:
     """``[the problem]`` when ``value`` is not one of ``choices``, else ``[]``."""
     if value in choices:
         return []
-    return [f"{key}={value!r} is unknown; choose one of {', '.join(str(c) for c in choices)}"]
+    names = [str(c) for c in choices]
+    close = did_you_mean(str(value), names)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return [f"{key}={value!r} is unknown; {hint}choose one of {', '.join(names)}"]
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, most: int = 3) -> list[str]:
+    """The choices spelt close to ``word``, best first: close as a whole, then by the last
+    dotted part (``lr`` finds ``optim.lr``, ``epoch`` finds ``train.epochs``)."""
+    choices = list(dict.fromkeys(choices))
+    found = difflib.get_close_matches(word, choices, n=most, cutoff=0.75)
+    tail = word.rsplit(".", 1)[-1]
+    by_tail = [
+        (difflib.SequenceMatcher(None, tail, c.rsplit(".", 1)[-1]).ratio(), c)
+        for c in choices
+        if c not in found
+    ]
+    found += [c for ratio, c in sorted(by_tail, key=lambda rc: -rc[0]) if ratio >= 0.8]
+    return found[:most]
+
+
+def suggestion(word: str, choices: Iterable[str]) -> str:
+    """``"; did you mean a or b?"`` (empty when nothing is close)."""
+    close = did_you_mean(word, choices)
+    return f"; did you mean {' or '.join(close)}?" if close else ""

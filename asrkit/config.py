@@ -24,7 +24,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from asrkit.choices import OBJECTIVES, PIPELINES, RESUME_MODES, resume_mode, unknown
+from asrkit.choices import OBJECTIVES, PIPELINES, RESUME_MODES, resume_mode, suggestion, unknown
 from asrkit.data.perturb import check_factors
 from asrkit.data.text import NORMALIZE
 from asrkit.decoding.config import DecodeConfig, EnsembleConfig
@@ -34,6 +34,7 @@ from asrkit.features.extractors import FeatureConfig
 from asrkit.gmm.config import GmmConfig, WfstConfig
 from asrkit.lm.config import LMConfig
 from asrkit.models.lstm import ModelConfig, model_args
+from asrkit.overrides import check_overrides, typed_settings
 from asrkit.targets.align_config import AlignConfig
 from asrkit.targets.tokenizer import TokenizerConfig
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
@@ -186,6 +187,7 @@ def compose(
             f"{config_dir / (config_name + '.yaml')}: config not found; pass --config-dir "
             "pointing at asrkit's conf/ directory"
         )
+    check_overrides(overrides, config_dir, config_name)
     root = str(PROJECT_ROOT)
     OmegaConf.register_new_resolver("project_root", lambda: root, replace=True)
     try:
@@ -283,16 +285,37 @@ def to_object(cfg: DictConfig) -> AsrkitConfig:
 
 
 def _describe(err: Exception) -> str:
+    """Hydra's or OmegaConf's error as one line without their internals."""
+    cause = err if isinstance(err, OmegaConfBaseException) else (err.__cause__ or err.__context__)
+    full_key = str(getattr(cause, "full_key", "") or "")
     text = " ".join(str(err).split())
-    cause = err.__cause__ or err.__context__
-    detail = " ".join(str(cause).split()) if cause else ""
-    if "not in struct" in text + detail or "Could not override" in text:
-        key = text.split("'")[1] if "'" in text else "?"
-        return (
-            f"unknown or invalid setting '{key}': {detail or text}; check the spelling "
-            "against `asrkit run --cfg` (add a new key with +key=value)"
-        )
-    return f"bad configuration: {text}{(' (' + detail + ')') if detail else ''}"
+    if full_key and ("not in" in text + str(cause) or "Could not override" in text):
+        return _unknown_here(full_key, getattr(cause, "object_type", None))
+    if isinstance(cause, OmegaConfBaseException) and full_key:
+        msg = str(getattr(cause, "msg", "") or cause).splitlines()[0]
+        return f"{full_key}: {msg}"
+    return f"bad configuration: {text.split(' Config search path')[0]}"
+
+
+def _unknown_here(key: str, where: Any = None) -> str:
+    """A key the composed config has no place for: most often another strategy's setting
+    (``where``: the dataclass that lacks it)."""
+    if key.startswith("strategy."):
+        chosen = [name for name, info in STRATEGIES.items() if info.config is where]
+        rest = key.removeprefix("strategy.")
+        owners = [
+            name
+            for name, info in STRATEGIES.items()
+            if rest in {f.name for f in dataclasses.fields(info.config)}
+        ]
+        if owners:
+            return (
+                f"'{key}' is not a setting of "
+                f"{'strategy=' + chosen[0] if chosen else 'the chosen strategy'}; it belongs to "
+                f"strategy={' / '.join(owners)}"
+            )
+    leaves = [k for k, s in typed_settings().items() if not s.is_section and k != key]
+    return f"unknown setting '{key}'{suggestion(key, leaves)} (`asrkit run --cfg` prints every setting)"
 
 
 #: Settings that do not change what a stage produces (parallelism, logging, rendezvous,

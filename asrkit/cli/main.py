@@ -17,6 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from asrkit import __version__
 from asrkit.errors import STOPPED_EXIT, TrainingStopped, UserError
 
 #: Sub-command -> its module. Only the chosen command's module is imported (``asrkit
@@ -41,7 +42,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         description="Speech recognition from raw audio to scored transcripts.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=f"asrkit {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     import importlib
 
     words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
@@ -54,12 +56,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
+    if args.command is None:  # a bare `asrkit`: what it can do
+        parser.print_help()
+        return 0
     # argparse takes one run of positionals: KEY=VALUE overrides after an option
     # (`asrkit run a=1 --force b=2`, as recipes' run.sh append their own) join the rest.
     if extra and hasattr(args, "overrides") and not any(e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        words = list(sys.argv[1:] if argv is None else argv)
+        print(f"asrkit: error: {_unknown_options(args.command, extra, words)}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -99,6 +106,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _unknown_options(command: str, extra: Sequence[str], words: Sequence[str]) -> str:
+    """One line for options a command does not take; for ``run``, the setting meant
+    (``--epochs 3`` -> ``train.epochs=3``: settings are KEY=VALUE words, not options)."""
+    options = [e for e in extra if e.startswith("-")]
+    text = f"unknown option{'s' if len(options) > 1 else ''} {' '.join(options)} for `asrkit {command}`"
+    if command != "run":
+        return f"{text}; `asrkit {command} --help` lists its options"
+    from asrkit.choices import did_you_mean
+    from asrkit.overrides import typed_settings
+
+    option = options[0]
+    name, _, value = option.lstrip("-").replace("-", "_").partition("=")
+    if not value:
+        after = list(words[words.index(option) + 1 :]) if option in words else []
+        value = after[0] if after and not after[0].startswith("-") and "=" not in after[0] else "..."
+    leaves = [k for k, s in typed_settings().items() if not s.is_section]
+    close = did_you_mean(name, leaves, most=1)
+    example = f"{close[0]}={value}" if close else "train.epochs=3"
+    return (
+        f"{text}: settings are KEY=VALUE words, not options, e.g. {example}"
+        " (`asrkit run --help` lists the options and the settings' groups)"
+    )
 
 
 def _default_signals_in_child() -> None:

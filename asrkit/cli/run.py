@@ -9,6 +9,8 @@ from omegaconf import OmegaConf
 
 from asrkit.config import DEFAULT_CONFIG_DIR, compose
 from asrkit.distributed.config import STRATEGIES
+from asrkit.errors import UserError
+from asrkit.overrides import config_groups, experiment_summaries
 from asrkit.stages import run_stages
 from asrkit.stages.registry import describe_stages
 
@@ -18,12 +20,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run",
         help="run recipe stages",
         description="Run numbered recipe stages. Settings come from conf/config.yaml and "
-        "Hydra overrides such as features.num_mel_bins=40 or features=mfcc.",
-        epilog="stages:\n"
-        + describe_stages()
-        + "\n\nstrategies (strategy=NAME, stage 4):\n"
-        + "\n".join(f"  {name:<13} {info.summary}" for name, info in STRATEGIES.items()),
+        "KEY=VALUE words (Hydra overrides) such as train.epochs=3, model=large or "
+        "+experiment=an4_hybrid; `--help` with them lists the stages they select.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
+    )
+    parser.add_argument(
+        "-h", "--help", action="store_true", help="show this help (with the stages the given settings select)"
     )
     parser.add_argument("--stage", type=int, default=0, help="first stage (default 0)")
     parser.add_argument(
@@ -48,10 +51,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--cfg", action="store_true", help="print the resolved config and exit")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=_run, parser=parser)
+
+
+def help_text(parser: argparse.ArgumentParser, overrides: list[str], config_dir: str) -> str:
+    """``run --help``: the options, then the stages of the pipeline the given settings
+    select (``+experiment=an4_hybrid`` shows the hybrid stages), the strategies, the config
+    groups with their options and the experiments."""
+    pipeline, note = "ctc", ""
+    try:
+        pipeline = str(compose(overrides, config_dir=config_dir).pipeline)
+    except UserError as err:
+        note = f"\n(the settings given do not compose: {err}; showing the default pipeline)\n"
+    groups = config_groups(config_dir)
+    experiments = experiment_summaries(config_dir)
+    width = max(map(len, experiments), default=0)
+    return (
+        parser.format_help()
+        + note
+        + f"\nstages of the {pipeline} pipeline (pipeline=ctc|hybrid; --stage N --stop-stage M):\n"
+        + describe_stages(pipeline)
+        + "\n\nstrategies (strategy=NAME, the training stage):\n"
+        + "\n".join(f"  {name:<13} {info.summary}" for name, info in STRATEGIES.items())
+        + "\n\nconfig groups (GROUP=OPTION):\n"
+        + "\n".join(
+            f"  {group:<10} {', '.join(o for o in options if not o.endswith('_schema'))}"
+            for group, options in groups.items()
+            if group != "experiment"
+        )
+        + "\n\nexperiments (+experiment=NAME; conf/experiment/NAME.yaml):\n"
+        + "\n".join(f"  {name:<{width}}  {summary}" for name, summary in experiments.items())
+        + "\n\nEvery setting with its value: asrkit run --cfg [KEY=VALUE ...]\n"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.help:
+        print(help_text(args.parser, args.overrides, args.config_dir), end="")
+        return 0
     cfg = compose(args.overrides, config_dir=args.config_dir, config_name=args.config_name)
     if args.cfg:
         print(OmegaConf.to_yaml(cfg), end="")

@@ -183,6 +183,21 @@ def describe_stages(pipeline: str = "ctc") -> str:
     )
 
 
+def check_stage_range(pipeline: str, start: int, stop: int | None) -> None:
+    """Raise :class:`ConfigError` (one line, with the fix) for a stage range that selects
+    nothing or names a stage the pipeline does not have."""
+    table = PIPELINES[pipeline]
+    first, last = min(table), max(table)
+    listing = f"the {pipeline} pipeline's stages are {first}-{last} (`asrkit run --help` lists them)"
+    for flag, number in (("--stage", start), ("--stop-stage", stop)):
+        if number is not None and not first <= number <= last:
+            raise ConfigError(f"{flag} {number}: there is no stage {number}; {listing}")
+    if stop is not None and start > stop:
+        raise ConfigError(
+            f"--stage {start} is after --stop-stage {stop}; swap them (--stage {stop} --stop-stage {start})"
+        )
+
+
 def run_stages(
     cfg: DictConfig,
     *,
@@ -208,13 +223,9 @@ def run_stages(
     if pipeline not in PIPELINES:
         raise ConfigError(f"pipeline={pipeline}: unknown; choose one of {', '.join(PIPELINES)}")
     table = PIPELINES[pipeline]
-    last = max(table)
-    stop = last if stop is None else stop
-    if start > stop:
-        raise ConfigError(f"--stage {start} is after --stop-stage {stop}; swap them")
+    check_stage_range(pipeline, start, stop)
+    stop = max(table) if stop is None else stop
     selected = [table[n] for n in sorted(table) if start <= n <= stop]
-    if not selected:
-        raise ConfigError(f"no stage between {start} and {stop}; stages are:\n{describe_stages(pipeline)}")
     if force and cfg.resume == "auto":
         cfg.resume = "false"  # --force retrains from scratch (learners read config.yaml)
     typed = to_object(cfg)
