@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -79,22 +80,14 @@ def _transcribe(args: argparse.Namespace) -> int:
         )
     ctm: list[str] = []
     failed, low = 0, defaultdict[int, list[str]](list)
-    loaded: list[tuple[str, np.ndarray, int, str]] = []
-    for i, path in enumerate(args.audio):
-        audio = _load(args, path, decoder.sample_rate, low)
-        if audio is None:
-            failed += 1
-            continue
-        loaded.append((f"{i:08d}", *audio, path))
-    # One speaker: prepared together; otherwise each file alone (its own speaker).
-    groups = [loaded] if args.speaker and loaded else [[one] for one in loaded]
-    for group in groups:
+
+    def transcribe(group: list[tuple[str, np.ndarray, int, str]]) -> int:
+        """Print each file's transcript; the number of files that failed."""
         try:
             prepared = decoder.prepare_speaker(group)
         except DataError as err:  # too short for a frame, say: this file (or speaker) only
             print(f"asrkit: error: {err}", file=sys.stderr, flush=True)
-            failed += len(group)
-            continue
+            return len(group)
         texts = decoder.transcripts(prepared)
         for utt, _, _, path in group:
             text = texts[utt]
@@ -105,7 +98,22 @@ def _transcribe(args: argparse.Namespace) -> int:
                     warning = f"{path}: too short to align its transcript; no word times in the CTM"
                     print(f"asrkit: warning: {warning}", file=sys.stderr)
                     continue
-                ctm += [f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times]
+                ctm.extend(f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times)
+        return 0
+
+    # Each file alone (its own speaker), printed as it is done, one file in memory at a
+    # time; one speaker's files (--speaker) are normalised and adapted together.
+    together: list[tuple[str, np.ndarray, int, str]] = []
+    for i, path in enumerate(args.audio):
+        audio = _load(args, path, decoder.sample_rate, low)
+        if audio is None:
+            failed += 1
+        elif args.speaker:
+            together.append((f"{i:08d}", *audio, path))
+        else:
+            failed += transcribe([(f"{i:08d}", *audio, path)])
+    if together:
+        failed += transcribe(together)
     if args.ctm:
         atomic_write(args.ctm, "".join(ctm))
     return _status(failed, len(args.audio), low, decoder.sample_rate)
@@ -117,13 +125,24 @@ def _load(
     """``path``'s samples and rate, or None after one error line (the batch goes on); a
     rate below the model's is noted in ``low`` (one warning per rate, at the end)."""
     try:
-        samples, rate = load_audio_file(path, raw_rate=args.raw_rate, raw_byteorder=args.raw_byteorder)
+        samples, rate = load_audio_file(
+            path, raw_rate=args.raw_rate, raw_byteorder=args.raw_byteorder, on_multichannel=_first_channel
+        )
     except DataError as err:
         print(f"asrkit: error: {err}", file=sys.stderr, flush=True)
         return None
     if rate < model_rate:
         low[rate].append(path)
     return samples, rate
+
+
+def _first_channel(path: Path, channels: int) -> None:
+    print(
+        f"asrkit: warning: {path}: {channels} channels; transcribing the first (for another, "
+        f"or a mix: sox {path} mono.wav remix N)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _status(failed: int, total: int, low: dict[int, list[str]], model_rate: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -25,7 +25,9 @@ from asrkit.errors import DataError
 MAX_OVERSHOOT = 0.5
 
 
-def load_audio(entry: str, *, utt: str = "?", recording: str | None = None) -> tuple[np.ndarray, int]:
+def load_audio(
+    entry: str, *, utt: str = "?", recording: str | None = None, first_channel: bool = False
+) -> tuple[np.ndarray, int]:
     """Read one ``wav.scp`` entry.
 
     Args:
@@ -34,6 +36,8 @@ def load_audio(entry: str, *, utt: str = "?", recording: str | None = None) -> t
         utt: the utterance id, for error messages.
         recording: the recording id when ``entry`` is a recording of a segmented data dir
             (``utt`` is then one of its utterances), for error messages.
+        first_channel: take the first channel of a multi-channel file (the caller warns)
+            instead of refusing it.
 
     Returns:
         ``(samples, sample_rate)``, samples of shape ``(T,)`` as float32 in int16 range.
@@ -75,7 +79,7 @@ def load_audio(entry: str, *, utt: str = "?", recording: str | None = None) -> t
         ) from None
     if samples.shape[0] == 0:
         raise DataError(f"{owner}: audio {where} has no samples; re-create the file")
-    if samples.shape[1] != 1:
+    if samples.shape[1] != 1 and not first_channel:
         raise DataError(
             f"{owner}: audio {where} has {samples.shape[1]} channels; asrkit "
             "expects mono — pick a channel in wav.scp, e.g. 'sox FILE -t wav - remix 1 |'"
@@ -213,7 +217,11 @@ RAW_SUFFIXES = (".raw", ".pcm")
 
 
 def load_audio_file(
-    path: str | Path, *, raw_rate: int = 16000, raw_byteorder: str = "big"
+    path: str | Path,
+    *,
+    raw_rate: int = 16000,
+    raw_byteorder: str = "big",
+    on_multichannel: Callable[[Path, int], None] | None = None,
 ) -> tuple[np.ndarray, int]:
     """Read one audio file: wav/flac/NIST sphere via soundfile, or headerless PCM.
 
@@ -221,18 +229,26 @@ def load_audio_file(
         path: the file. ``.raw``/``.pcm`` files are headerless 16-bit mono PCM.
         raw_rate: sample rate of headerless files.
         raw_byteorder: ``big`` or ``little``, byte order of headerless files.
+        on_multichannel: called with the path and its channel count for a file of more
+            than one channel, which is then read as its first channel; None: such a file is
+            an error.
 
     Returns:
         ``(samples, sample_rate)`` as :func:`load_audio`.
 
     Raises:
-        DataError: missing, unreadable or empty file (named, with the fix).
+        DataError: missing, unreadable or empty file, or a directory (named, with the fix).
     """
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, not an audio file; give its files (e.g. {path}/*.wav)")
     if not path.is_file():
         raise DataError(f"{path}: audio file not found; check the path")
     if path.suffix.lower() not in RAW_SUFFIXES:
-        return load_audio(str(path), utt=path.name)
+        channels = _channels(path)
+        if channels > 1 and on_multichannel is not None:
+            on_multichannel(path, channels)
+        return load_audio(str(path), utt=path.name, first_channel=on_multichannel is not None)
     data = path.read_bytes()
     if len(data) < 2 or len(data) % 2:
         raise DataError(
@@ -240,6 +256,13 @@ def load_audio_file(
         )
     dtype = ">i2" if raw_byteorder == "big" else "<i2"
     return np.frombuffer(data, dtype=dtype).astype(np.float32), raw_rate
+
+
+def _channels(path: Path) -> int:
+    try:
+        return int(soundfile.info(str(path)).channels)
+    except (soundfile.LibsndfileError, RuntimeError, ValueError):
+        return 1  # unreadable: load_audio says why
 
 
 def check_audio_files(data: DataDir, *, where: str | Path, show: int = 3) -> None:

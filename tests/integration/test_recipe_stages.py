@@ -129,9 +129,23 @@ def test_transcribe_reports_a_bad_file_and_goes_on(tmp_path: Path) -> None:
     assert len(errors) == 1 and str(broken) in errors[0], out.stderr
     assert "1 of 3 files could not be transcribed" in out.stderr
 
+    # A stereo file is read as its first channel, with a warning; a folder is named as one.
+    import soundfile
+
+    mono, rate = soundfile.read(paths[0], dtype="int16")
+    stereo = tmp_path / "stereo.wav"
+    soundfile.write(stereo, np.stack([mono, np.zeros_like(mono)], axis=1), rate)
+    out = run_cli(
+        "transcribe", str(tmp_path / "exp"), paths[0], str(stereo), str(tmp_path), "--decode", "greedy"
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    texts = [ln.split("\t")[1] for ln in out.stdout.splitlines()]
+    assert len(texts) == 2 and texts[0] == texts[1], out.stdout
+    assert f"asrkit: warning: {stereo}: 2 channels; transcribing the first" in out.stderr
+    assert f"asrkit: error: {tmp_path}: is a directory, not an audio file; give its files" in out.stderr
+
     # A long file goes through the model piece by piece (memory bounded by a piece): the
     # pieces' outputs join into as many frames as one pass gives.
-    import soundfile
     import torch
 
     from asrkit.decoding.recognizer import Recognizer
