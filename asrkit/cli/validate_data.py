@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from asrkit.data.audio import check_audio_files
-from asrkit.data.datadir import validate_data_dir
+from asrkit.data.datadir import validate_data_dir, write_kaldi_map
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,11 +51,20 @@ def check_features(data_dir: str | Path) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     data = validate_data_dir(args.data_dir, require_text=not args.no_text)
+    made = ""
+    if not (Path(args.data_dir) / "spk2utt").exists():
+        write_kaldi_map(Path(args.data_dir) / "spk2utt", {s: " ".join(u) for s, u in data.spk2utt.items()})
+        made = " (spk2utt was missing: written from utt2spk)"
     features = ""
     if not args.quick:
-        check_audio_files(data, where=args.data_dir)
+        rates = check_audio_files(data, where=args.data_dir)
+        if rates:
+            seen = ", ".join(f"{rate} Hz ({n})" for rate, n in sorted(rates.items()))
+            features += f"; audio at {seen}"
+            if len(rates) > 1:
+                features += " — mixed rates: set features.resample=true or convert them with sox"
         if (Path(args.data_dir) / "feats.scp").is_file():
-            features = f"; features of {check_features(args.data_dir)} utterances"
+            features += f"; features of {check_features(args.data_dir)} utterances"
     files = ["wav.scp", "utt2spk", "spk2utt"]
     files += ["text"] if data.text is not None else []
     files += ["segments"] if data.segmented else []
@@ -64,6 +73,6 @@ def _validate(args: argparse.Namespace) -> int:
     recordings = f", {len(data.recordings())} recordings" if data.segmented else ""
     print(
         f"{args.data_dir}: OK ({len(data.utt_ids)} utterances, {len(data.spk2utt)} speakers"
-        f"{recordings}; {', '.join(files)}{features})"
+        f"{recordings}; {', '.join(files)}{features}){made}"
     )
     return 0

@@ -265,17 +265,21 @@ def _channels(path: Path) -> int:
         return 1  # unreadable: load_audio says why
 
 
-def check_audio_files(data: DataDir, *, where: str | Path, show: int = 3) -> None:
+def check_audio_files(data: DataDir, *, where: str | Path, show: int = 3) -> dict[int, int]:
     """Check that every audio file ``wav.scp`` names exists and has a readable audio header
     with samples, in one channel (commands ending in ``|`` are not run: only reading them
     would tell; in a segmented dir, recordings no segment uses are skipped, as reading
     does). Only headers are read.
+
+    Returns:
+        How many files (headers read) have each sample rate.
 
     Raises:
         DataError: one line giving how many entries are bad and the first ones, each with
             its id and what is wrong.
     """
     problems: list[str] = []
+    rates: dict[int, int] = {}
     recordings = data.recordings()  # in a segmented dir, those some segment uses
     for rec in recordings:
         key, entry = rec.id, rec.entry.strip()
@@ -301,6 +305,7 @@ def check_audio_files(data: DataDir, *, where: str | Path, show: int = 3) -> Non
         elif info.channels != 1:
             problems.append(f"{key}: {path} has {info.channels} channels (asrkit expects mono)")
         else:
+            rates[int(info.samplerate)] = rates.get(int(info.samplerate), 0) + 1
             duration = info.frames / info.samplerate
             for utt, segment in rec.utterances:
                 if segment is not None and segment.end - duration > MAX_OVERSHOOT:
@@ -315,3 +320,4 @@ def check_audio_files(data: DataDir, *, where: str | Path, show: int = 3) -> Non
             f"{Path(where) / 'wav.scp'}: {len(problems)} of {len(recordings)} audio entries are bad: "
             f"{shown}{more}; fix the entries or restore the files (--quick skips this check)"
         )
+    return rates

@@ -530,6 +530,9 @@ def _check_recordings(data: DataDir, *, where: str) -> None:
 
 def _check_spk2utt(path: Path, data: DataDir) -> None:
     spk_file = path / "spk2utt"
+    if not spk_file.exists():  # lhotse's `kaldi export` writes none: it follows from utt2spk
+        log.info("%s: no spk2utt; it follows from utt2spk", path)
+        return
     spk2utt = read_kaldi_map(spk_file)
     expected = {spk: " ".join(utts) for spk, utts in data.spk2utt.items()}
     if spk2utt == expected:

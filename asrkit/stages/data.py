@@ -216,6 +216,9 @@ def import_data_dirs(dirs: dict[str, str], sets: list[str], data_root: Path) -> 
             raise DataError(
                 f"data.import_dirs.{name}: {str(err).replace(str(staging), str(source))}"
             ) from None
+        if not (staging / "spk2utt").exists():  # lhotse's export has none: it follows from utt2spk
+            write_kaldi_map(staging / "spk2utt", {s: " ".join(u) for s, u in data.spk2utt.items()})
+            copied.append("(spk2utt from utt2spk)")
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
         log.info(

@@ -83,6 +83,13 @@ def test_read_kaldi_map_allows_empty_values_only_when_asked(tmp_path: Path) -> N
 def test_validate_data_cli_ok(data_dir: Path) -> None:
     result = run_cli("validate-data", str(data_dir))
     assert result.returncode == 0 and "OK (4 utterances, 2 speakers" in result.stdout
+    assert "audio at 16000 Hz (4)" in result.stdout
+    # A dir without spk2utt (lhotse's `kaldi export` writes none): made from utt2spk.
+    expected = (data_dir / "spk2utt").read_text()
+    (data_dir / "spk2utt").unlink()
+    result = run_cli("validate-data", str(data_dir))
+    assert result.returncode == 0 and "(spk2utt was missing: written from utt2spk)" in result.stdout
+    assert (data_dir / "spk2utt").read_text() == expected
 
 
 def test_validate_data_reads_audio_headers_unless_quick(data_dir: Path, capfd) -> None:
