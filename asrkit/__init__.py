@@ -3,12 +3,29 @@
 Subpackages follow the pipeline: :mod:`asrkit.data` (Kaldi data dirs, audio),
 :mod:`asrkit.features` (fbank/MFCC, CMVN), :mod:`asrkit.scoring` (WER/CER,
 sclite outputs), :mod:`asrkit.stages` (numbered recipe stages) and
-:mod:`asrkit.cli` (the ``asrkit`` command).
+:mod:`asrkit.cli` (the ``asrkit`` command). From Python: ``asrkit.Recognizer.load(exp_dir)
+.transcribe("a.wav")`` (:mod:`asrkit.api`) and ``asrkit.export(exp_dir, out)``.
 """
 
 import os
 
 __version__ = "0.1.0"
+__all__ = ["Recognizer", "__version__", "export"]
+
+
+def __getattr__(name: str) -> object:
+    # The Python API, imported when first used (``import asrkit`` stays light: the
+    # command-line tools that need no torch do not load it).
+    if name == "Recognizer":
+        from asrkit.api import Recognizer
+
+        return Recognizer
+    if name == "export":
+        from asrkit.export import export
+
+        return export
+    raise AttributeError(f"module 'asrkit' has no attribute {name!r}")
+
 
 # numpy's OpenBLAS threads: asrkit's numpy work is many small products (a GMM system's
 # features through LDA+MLLT and fMLLR, 40-dim statistics), which threads slow down: 300

@@ -29,6 +29,7 @@ _COMMANDS = {
     "bench": "asrkit.cli.bench",
     "score": "asrkit.cli.score",
     "transcribe": "asrkit.cli.transcribe",
+    "export": "asrkit.cli.export",
     "topology": "asrkit.cli.topology",
     "simulate": "asrkit.cli.simulate",
     "study": "asrkit.cli.study",

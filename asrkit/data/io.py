@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,3 +115,13 @@ def load_record(path: str | os.PathLike, cls: type[T], *, what: str, fix: str) -
         return cls(**json.loads(Path(path).read_text()))
     except (ValueError, TypeError) as err:
         raise DataError(f"{path}: unreadable {what} ({err}); {fix}") from None
+
+
+#: The audit event raised for a file that native code (a C++ decoder, KenLM) opens, which
+#: Python's own ``open`` event does not see; ``asrkit export`` listens to both.
+READ_EVENT = "asrkit.read"
+
+
+def note_read(path: str | os.PathLike[str]) -> None:
+    """Say that native code is about to read ``path`` (see :data:`READ_EVENT`)."""
+    sys.audit(READ_EVENT, os.fspath(path))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from asrkit.data.io import atomic_write
+from asrkit.data.io import atomic_write, note_read
 from asrkit.errors import ConfigError, DataError
 from asrkit.targets.phones import base_word
 from asrkit.targets.tokenizer import BLANK, Tokenizer
@@ -125,6 +125,9 @@ class BeamSearch:
                 "decoding needs sentencepiece's boundary piece"
             )
         self._boundary = units.index(BOUNDARY)
+        for path in (lexicon, lm):
+            if path is not None:
+                note_read(path)  # read by flashlight's C++ decoder
         with _silenced():  # KenLM prints a loading banner and progress bar on stdout/stderr
             self._decoder = ctc_decoder(
                 lexicon=None if lexicon is None else str(lexicon),

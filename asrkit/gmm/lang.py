@@ -28,7 +28,7 @@ from pathlib import Path
 
 import kaldifst
 
-from asrkit.data.io import atomic_write
+from asrkit.data.io import atomic_write, note_read
 from asrkit.errors import DataError
 
 EPS = "<eps>"
@@ -129,7 +129,9 @@ class Lang:
         return topo
 
     def lexicon_fst(self, *, disambig: bool = False) -> kaldifst.StdVectorFst:
-        return kaldifst.StdVectorFst.read(str(self.path / ("L_disambig.fst" if disambig else "L.fst")))
+        path = self.path / ("L_disambig.fst" if disambig else "L.fst")
+        note_read(path)  # read by OpenFst's C++
+        return kaldifst.StdVectorFst.read(str(path))
 
     def word_ids(
         self, transcript: str, *, utt: str = "?", where: str = "text", unknown_ok: bool = True

@@ -81,7 +81,8 @@ class Tokenizer:
         path = self.model_dir / "sp.model"
         if not path.is_file():
             raise DataError(f"{path}: tokenizer model not found; run the tokenizer stage first")
-        self._sp = spm.SentencePieceProcessor(model_file=str(path))
+        # Read here rather than by sentencepiece's C++: `asrkit export` sees what Python opens.
+        self._sp = spm.SentencePieceProcessor(model_proto=path.read_bytes())
 
     @property
     def kind(self) -> str:

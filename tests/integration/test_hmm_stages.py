@@ -346,7 +346,9 @@ def test_a_dev_word_missing_from_the_lexicon_aligns_as_the_unknown_word(
     assert aligned or f"did not align (first: {utt}); left out" in result.stderr, result.stderr[-3000:]
 
 
-def test_transcribe_a_hybrid_experiment_agrees_with_its_decoding_stage(hybrid: Hybrid) -> None:
+def test_transcribe_a_hybrid_experiment_agrees_with_its_decoding_stage(
+    hybrid: Hybrid, tmp_path: Path
+) -> None:
     record = json.loads((hybrid.exp / "decoders" / "hybrid.json").read_text())
     assert record["tuned_on"] == "train_dev" and record["weights"][0] in (9.0, 11.0)
     wav_scp = dict(
@@ -361,6 +363,19 @@ def test_transcribe_a_hybrid_experiment_agrees_with_its_decoding_stage(hybrid: H
     hyp_file = hybrid.exp / "decode_hybrid_test" / "hyp"
     want = dict((line.split(maxsplit=1) + [""])[:2] for line in hyp_file.read_text().splitlines())
     assert got == want
+    # Exported (the files transcribe reads, and a card): the same words from the export,
+    # by the command and by the Python API.
+    out = tmp_path / "export"
+    result = run_cli("export", str(hybrid.exp), str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (out / "checkpoints").exists() and not list(out.rglob("ali.*.gz"))
+    assert "| test | `%WER" in (out / "MODEL_CARD.md").read_text()
+    result = run_cli("transcribe", str(out), *(wav_scp[u] for u in utts))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout == "".join(f"{wav_scp[u]}\t{got[u]}\n" for u in utts)
+    from asrkit import Recognizer
+
+    assert Recognizer.load(out).transcribe_many([wav_scp[u] for u in utts]) == [got[u] for u in utts]
 
 
 def test_ctc_pipeline_trains_on_the_gmm_alignment_dir(hybrid: Hybrid, tmp_path: Path) -> None:
@@ -776,6 +791,18 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
     assert result.returncode == 0, result.stderr[-3000:]
     stage7 = read_kaldi_map(iv_exp / "decode_hybrid_test" / "hyp", allow_empty_value=True)
     assert [line.split("\t", 1)[1] for line in result.stdout.splitlines()] == [stage7[u] for u in utts]
+    # Exported with the GMM system that adapts each speaker and the i-vector extractor: the
+    # export alone (the experiment moved away) gives the same words, by command and API.
+    result = run_cli("export", str(iv_exp), str(tmp_path / "export"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    iv_exp.rename(tmp_path / "moved")
+    result = run_cli("transcribe", str(tmp_path / "export"), "--speaker", *(wav[u] for u in utts))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [line.split("\t", 1)[1] for line in result.stdout.splitlines()] == [stage7[u] for u in utts]
+    from asrkit import Recognizer
+
+    recognizer = Recognizer.load(tmp_path / "export")
+    assert recognizer.transcribe_many([wav[u] for u in utts], speaker=True) == [stage7[u] for u in utts]
     # The same sets with wrong references (the test set's in the recipe data and the GMM
     # data dir): the test hypotheses and transforms cannot change.
     wrong_data, wrong_exp = tmp_path / "data_wrong", tmp_path / "exp_wrong"
