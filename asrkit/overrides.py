@@ -125,7 +125,10 @@ def experiment_summaries(config_dir: str | Path) -> dict[str, str]:
                 continue
             comment.append(text)
         words = " ".join(comment)
-        out[path.stem] = words.split(". ")[0].split(": ")[0].rstrip(".:")[:100]
+        summary = words.split(". ")[0].split(": ")[0].rstrip(".:")
+        if summary.count("(") > summary.count(")"):  # cut inside a parenthesis
+            summary = summary[: summary.rfind("(")].rstrip()
+        out[path.stem] = summary[:100]
     return out
 
 
