@@ -123,7 +123,9 @@ class ThreadGovernor:
         self._last, self._when = sample, self.clock()
         if wanted == self.threads:
             return None
-        log.info(
+        # Debug level: on a shared machine the count follows the load every few seconds,
+        # which is no news for the run's log (`asrkit -v` shows it).
+        log.debug(
             "%s: training on %d intra-op thread(s) of %d (train.adapt_threads)",
             "other processes keep cores busy" if wanted < self.threads else "cores freed up",
             wanted,
