@@ -39,6 +39,11 @@ class TrainingStopped(UserError):
         self.quiet = quiet
 
 
+#: A log record's ``extra`` key for what goes to the run's log file but not the console
+#: (a result the command prints on stdout already).
+FILE_ONLY = "asrkit_file_only"
+
+
 def raise_all(problems: list[str]) -> None:
     """Raise one :class:`ConfigError` that lists every problem (nothing when there is none);
     its ``problems`` attribute holds them one by one."""

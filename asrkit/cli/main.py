@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from asrkit import __version__
-from asrkit.errors import STOPPED_EXIT, TrainingStopped, UserError
+from asrkit.errors import FILE_ONLY, STOPPED_EXIT, TrainingStopped, UserError
 
 #: Sub-command -> its module. Only the chosen command's module is imported (``asrkit
 #: score`` needs no torch); ``asrkit --help`` imports them all to list them.
@@ -76,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # basicConfig does nothing when the host (a test runner, a notebook) already
     # configured logging; asrkit's own stage logs must still reach the run log.
     logging.getLogger("asrkit").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    for handler in logging.getLogger().handlers:
+        if type(handler) is logging.StreamHandler:  # the console, not a log file or a test's capture
+            handler.addFilter(_console)
     # A log file that cannot be written (a full disk) must not add tracebacks to the one
     # line that says so.
     logging.raiseExceptions = False
@@ -107,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _console(record: logging.LogRecord) -> bool:
+    return not getattr(record, FILE_ONLY, False)
 
 
 def _unknown_options(command: str, extra: Sequence[str], words: Sequence[str]) -> str:

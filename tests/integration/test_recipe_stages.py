@@ -34,6 +34,12 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     ):
         assert (exp / name).is_file(), name
     assert list((exp / "tensorboard").glob("events.out.tfevents.*"))
+    # Each set's WER once on the console (stdout), and in the run's log file.
+    printed = [ln for ln in result.stdout.splitlines() if "%WER" in ln]
+    assert [ln.split(":")[0] for ln in printed][:2] == ["train_dev", "test"], result.stdout
+    assert not [ln for ln in result.stderr.splitlines() if any(p in ln for p in printed)]
+    logged = (exp / "log" / "run.log").read_text()
+    assert all(ln.split(": ", 1)[1] in logged for ln in printed)
     summary = json.loads((exp / "train_summary.json").read_text())
     assert [h["epoch"] for h in summary["history"]] == [1, 2]
     for name in ("train_dev", "test"):
