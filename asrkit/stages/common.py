@@ -19,7 +19,7 @@ from asrkit.device import pick_device
 from asrkit.errors import FILE_ONLY, ConfigError, DataError
 from asrkit.scoring import score_texts
 from asrkit.scoring.wer import read_text
-from asrkit.stages.registry import StageContext
+from asrkit.stages.registry import RESULTS, StageContext
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +191,7 @@ def report(name: str, method: str, line: str | None, out_dir: Path) -> None:
     if line is None:
         log.info("%s (%s): hypotheses in %s (no text to score against)", name, method, out_dir / "hyp")
     else:
+        RESULTS.append((name, method.split(",")[0], line))
         # Once on the console (stdout, the result), once in the run's log file.
         log.info("%s (%s): %s (%s)", name, method, line, out_dir / "scoring" / "wer", extra={FILE_ONLY: True})
         print(f"{name}: {line}" if method == "greedy" else f"{name} ({method}): {line}", flush=True)

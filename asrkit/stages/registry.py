@@ -248,6 +248,24 @@ def run_stages(
         _run_locked(ctx, cfg, typed, selected, pipeline=pipeline, command=command, force=force)
 
 
+#: The scores this run's stages reported, ``(set, decoder, Kaldi's %WER line)`` in order
+#: (:func:`asrkit.stages.common.report`); printed as one table when the run ends.
+RESULTS: list[tuple[str, str, str]] = []
+
+
+def _print_results(exp_dir: Path) -> None:
+    """Every set's WER of this run as one short table on stdout (Kaldi's RESULTS in spirit);
+    nothing when the run scored fewer than two sets."""
+    if len(RESULTS) < 2:
+        return
+    width = max(len(f"{name} ({how})") for name, how, _ in RESULTS)
+    rows = []
+    for name, how, line in RESULTS:
+        wer, _, counts = line.removeprefix("%WER ").partition(" ")
+        rows.append(f"  {f'{name} ({how})':<{width}}  {wer + '%':>7}  {counts}")
+    print(f"results of {exp_dir}:", *rows, sep="\n", flush=True)
+
+
 def _run_locked(
     ctx: StageContext,
     cfg: DictConfig,
@@ -265,6 +283,7 @@ def _run_locked(
     handler = logging.FileHandler(_log_file(ctx.exp_dir), encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
+    RESULTS.clear()
     try:
         log.info("command: %s", shlex.join(command))
         log.info("experiment dir: %s (config saved as config.yaml)", ctx.exp_dir)
@@ -284,6 +303,7 @@ def _run_locked(
                 if shared and not existed:  # made for the lock by a stage that wrote nothing
                     with contextlib.suppress(OSError):
                         ctx.data_root.rmdir()
+        _print_results(ctx.exp_dir)
         if previous is not None:  # the new run finished: the model it replaced goes
             shutil.rmtree(previous, ignore_errors=True)
             log.info("removed %s (the model this run replaced)", previous)

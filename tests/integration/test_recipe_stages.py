@@ -38,6 +38,10 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     printed = [ln for ln in result.stdout.splitlines() if "%WER" in ln]
     assert [ln.split(":")[0] for ln in printed][:2] == ["train_dev", "test"], result.stdout
     assert not [ln for ln in result.stderr.splitlines() if any(p in ln for p in printed)]
+    table = result.stdout.split(f"results of {exp}:\n")[1].splitlines()
+    assert [row.split()[:2] for row in table] == [
+        [name, f"({how})"] for how in ("greedy", "beam_lm") for name in ("train_dev", "test")
+    ], result.stdout
     logged = (exp / "log" / "run.log").read_text()
     assert all(ln.split(": ", 1)[1] in logged for ln in printed)
     summary = json.loads((exp / "train_summary.json").read_text())
