@@ -187,7 +187,7 @@ def compose(
             f"{config_dir / (config_name + '.yaml')}: config not found; pass --config-dir "
             "pointing at asrkit's conf/ directory"
         )
-    check_overrides(overrides, config_dir, config_name)
+    check_overrides(overrides, config_dir, config_name, schema=AsrkitConfig)
     root = str(PROJECT_ROOT)
     OmegaConf.register_new_resolver("project_root", lambda: root, replace=True)
     try:
@@ -314,7 +314,7 @@ def _unknown_here(key: str, where: Any = None) -> str:
                 f"{'strategy=' + chosen[0] if chosen else 'the chosen strategy'}; it belongs to "
                 f"strategy={' / '.join(owners)}"
             )
-    leaves = [k for k, s in typed_settings().items() if not s.is_section and k != key]
+    leaves = [k for k, s in typed_settings(AsrkitConfig).items() if not s.is_section and k != key]
     return f"unknown setting '{key}'{suggestion(key, leaves)} (`asrkit run --cfg` prints every setting)"
 
 

@@ -72,14 +72,14 @@ def _walk(cls: type, prefix: str, out: dict[str, Setting]) -> None:
 
 
 @cache
-def typed_settings() -> dict[str, Setting]:
-    """Every setting asrkit reads, by dotted key; ``strategy.*`` holds the keys of every
-    strategy's dataclass (which of them a strategy takes is checked when Hydra composes)."""
-    from asrkit.config import AsrkitConfig
+def typed_settings(schema: type) -> dict[str, Setting]:
+    """Every setting of the top-level dataclass ``schema`` (asrkit's ``AsrkitConfig``), by
+    dotted key; ``strategy.*`` holds the keys of every strategy's dataclass (which of them a
+    strategy takes is checked when Hydra composes)."""
     from asrkit.distributed.config import STRATEGIES
 
     out: dict[str, Setting] = {}
-    _walk(AsrkitConfig, "", out)
+    _walk(schema, "", out)
     for info in STRATEGIES.values():
         _walk(info.config, "strategy.", out)
     return out
@@ -173,7 +173,9 @@ def _example(setting: Setting) -> str:
     return "..."
 
 
-def check_overrides(overrides: Sequence[str], config_dir: str | Path, config_name: str = "config") -> None:
+def check_overrides(
+    overrides: Sequence[str], config_dir: str | Path, config_name: str = "config", *, schema: type
+) -> None:
     """Raise one :class:`ConfigError` naming every override that cannot be right: an
     unknown key or group option (with the closest spellings), ``+`` on a typed key, a
     group chosen the wrong way, a value of the wrong kind, a sweep. Hydra's own checks
@@ -182,7 +184,7 @@ def check_overrides(overrides: Sequence[str], config_dir: str | Path, config_nam
     from hydra.errors import HydraException
 
     parser = OverridesParser.create()
-    settings = typed_settings()
+    settings = typed_settings(schema)
     groups = config_groups(config_dir)
     in_defaults = default_groups(config_dir, config_name)
     problems: list[str] = []

@@ -124,6 +124,7 @@ def _unknown_options(command: str, extra: Sequence[str], words: Sequence[str]) -
     if command != "run":
         return f"{text}; `asrkit {command} --help` lists its options"
     from asrkit.choices import did_you_mean
+    from asrkit.config import AsrkitConfig
     from asrkit.overrides import typed_settings
 
     option = options[0]
@@ -131,7 +132,7 @@ def _unknown_options(command: str, extra: Sequence[str], words: Sequence[str]) -
     if not value:
         after = list(words[words.index(option) + 1 :]) if option in words else []
         value = after[0] if after and not after[0].startswith("-") and "=" not in after[0] else "..."
-    leaves = [k for k, s in typed_settings().items() if not s.is_section]
+    leaves = [k for k, s in typed_settings(AsrkitConfig).items() if not s.is_section]
     close = did_you_mean(name, leaves, most=1)
     example = f"{close[0]}={value}" if close else "train.epochs=3"
     return (

@@ -573,19 +573,21 @@ def _(w: Work):
 @case("config-unknown-key")
 def _(w: Work):
     return w.config("features.num_mel_binz=40", own_process=True), [
-        "features.num_mel_binz",
-        "check the spelling",
+        "unknown setting 'features.num_mel_binz'; did you mean features.num_mel_bins?",
     ]
 
 
 @case("config-value-wrong-type")
 def _(w: Work):
-    return w.config("features.num_mel_bins=lots"), ["features.num_mel_bins", "'lots'"]
+    return w.config("features.num_mel_bins=lots"), ["features.num_mel_bins=lots: expected a whole number"]
 
 
 @case("config-unknown-group-option")
 def _(w: Work):
-    return w.config("strategy=nosuch"), ["strategy/nosuch", "Available options", "sync"]
+    return w.config("strategy=nosuch"), [
+        "strategy=nosuch is unknown",
+        "(strategy is one of: adpsgd, delay_by_one, hybrid, single, sync)",
+    ]
 
 
 @case("config-unknown-strategy-name")
