@@ -52,6 +52,7 @@ from asrkit.targets.alignments import check_alignments, read_alignments
 from asrkit.targets.tokenizer import Tokenizer
 from asrkit.training.allocator import retain_freed_memory
 from asrkit.training.config import TrainConfig
+from asrkit.training.curves import plot_training_curves
 from asrkit.training.objectives import Objective, build_objective
 from asrkit.training.resume import FaultInjection
 from asrkit.training.stop import StopRequest
@@ -369,6 +370,7 @@ def write_final_model(cfg: AsrkitConfig, state: TrainState, exp_dir: Path, *, le
         )
         + "\n",
     )
+    plot_training_curves(state.history, exp_dir / "curves.png", title=f"{exp_dir.name} ({cfg.strategy.name})")
     assert state.best is not None  # fit() validated at least once
     metric = "wer" if "wer" in state.best else "loss"
     log.info(

@@ -203,6 +203,8 @@ class Trainer:
         self._saves_barrier: Pending | None = None
         #: What the strategy measured of its learners (``learners.json``; None alone).
         self.learners_summary: dict[str, Any] | None = None
+        self._epoch_loss: list[float] = [0.0, 0]  # training loss sum and steps of the epoch
+        self._last_lr = 0.0
 
     def fit(self) -> TrainState:
         """Train for ``cfg.epochs`` epochs, validating and checkpointing after each
@@ -310,6 +312,8 @@ class Trainer:
             bar.update(first)
         clock = self.comm.runtime  # the machine's, or a simulator's virtual one
         began, frames, waited = clock.now(), 0, 0.0
+        if not first:  # a resumed epoch's curve point averages this sitting's steps only
+            self._epoch_loss = [0.0, 0]
         every = self.cfg.save_every if self.strategy.lockstep else 0
         stream = timed(iter(batches))
         for index, (batch, wait) in enumerate(stream, start=first + 1):
@@ -340,7 +344,11 @@ class Trainer:
             if self.state.first_step_time is None:
                 self.state.first_step_time = clock.wall()
             elapsed = max(elapsed, 1e-9)
-            self._log_step(bar, loss.item(), lr, frames / elapsed, waited / elapsed)
+            value = loss.item()
+            self._epoch_loss[0] += value
+            self._epoch_loss[1] += 1
+            self._last_lr = lr
+            self._log_step(bar, value, lr, frames / elapsed, waited / elapsed)
             if self._step_cap_reached():
                 break
             # Lock-step learners stop before the epoch's last batch (its end is the next
@@ -408,6 +416,10 @@ class Trainer:
 
     def _end_epoch(self, epoch: int, seconds: float, waited: float) -> None:
         metrics = {"epoch": epoch + 1, **self.validate(), "seconds": seconds, "data_wait_s": round(waited, 3)}
+        total, steps = self._epoch_loss
+        if steps:  # the main learner's own batches: its shard of the epoch (the curves' train line)
+            metrics["train_loss"] = total / steps
+            metrics["lr"] = self._last_lr
         self.last_dev = metrics  # every learner holds the reduced dev figures
         if not self.is_main:
             return

@@ -46,6 +46,7 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     assert all(ln.split(": ", 1)[1] in logged for ln in printed)
     summary = json.loads((exp / "train_summary.json").read_text())
     assert [h["epoch"] for h in summary["history"]] == [1, 2]
+    assert (exp / "curves.png").read_bytes().startswith(b"\x89PNG")
     for name in ("train_dev", "test"):
         scoring = exp / f"decode_{name}" / "scoring"
         assert (scoring / "wer").read_text().startswith("%WER ")

@@ -150,6 +150,9 @@ def test_ctc_loss_falls_on_a_tiny_fixture(tmp_path: Path, tokenizer: Tokenizer) 
     after = CtcObjective().loss(model.eval(), collate(utts)).item()
     assert after < 0.3 * before, (before, after)
     assert state.history[-1]["loss"] < state.history[0]["loss"]
+    # the curves' training line: each epoch's mean step loss, and the lr of its last step
+    assert state.history[-1]["train_loss"] < state.history[0]["train_loss"]
+    assert all(h["lr"] > 0 for h in state.history)
     assert (tmp_path / "exp" / "checkpoints" / "best.pt").is_file()
     kept = sorted(p.name for p in (tmp_path / "exp" / "checkpoints").glob("epoch*.pt"))
     assert kept == [f"epoch{e}.pt" for e in range(36, 41)]  # keep_checkpoints=5
