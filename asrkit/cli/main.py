@@ -24,6 +24,7 @@ from asrkit.errors import FILE_ONLY, STOPPED_EXIT, TrainingStopped, UserError
 #: score`` needs no torch); ``asrkit --help`` imports them all to list them.
 _COMMANDS = {
     "run": "asrkit.cli.run",
+    "make-data-dir": "asrkit.cli.make_data_dir",
     "validate-data": "asrkit.cli.validate_data",
     "check-alignments": "asrkit.cli.check_alignments",
     "bench": "asrkit.cli.bench",
