@@ -4,15 +4,27 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 SHELL  := /bin/bash
 
-.PHONY: install sysdeps slurmdeps demo test test-unit test-multiproc test-recipe test-all bench bench-quick lint typecheck clean
+.PHONY: install install-dev sysdeps slurmdeps demo test test-unit test-multiproc test-recipe test-all bench bench-quick lint typecheck clean
 
 install: $(STAMP)
 
+# What the recipes need (make demo): the package and its pinned dependencies. pip runs
+# without -q here so the large downloads (torch's CUDA build is about 1 GB of wheels, though
+# asrkit runs on CPU) show their progress.
 $(STAMP): pyproject.toml setup.py asrkit/scoring/_align.c
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	@echo "installing asrkit and its pinned dependencies into $(VENV) (torch==2.11.0 + torchaudio==2.11.0: a large download, once)"
+	$(PY) -m pip install --progress-bar on -e .
+	touch $@
+
+# The test and lint tools on top (make test, make lint, make typecheck).
+install-dev: $(DEV_STAMP)
+
+$(DEV_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
@@ -31,16 +43,16 @@ demo: install sysdeps
 	recipes/an4/run.sh
 
 # Both tiers: tests/unit (in-process, about a minute) and tests/integration (subprocesses).
-test: install sysdeps
+test: install-dev sysdeps
 	$(PY) -m pytest tests/unit tests/integration
 
-test-unit: install
+test-unit: install-dev
 	$(PY) -m pytest tests/unit
 
-test-multiproc: install sysdeps
+test-multiproc: install-dev sysdeps
 	$(PY) -m pytest tests/integration -m multiproc
 
-test-recipe: install sysdeps
+test-recipe: install-dev sysdeps
 	$(PY) -m pytest tests/integration -m recipe
 
 # The Slurm test (tests/integration/test_slurm.py) sets up a one-host cluster from Debian's packages.
@@ -52,26 +64,26 @@ slurmdeps:
 	  else echo "warning: the Slurm test needs root and munge + slurm-wlm; it will be skipped"; fi; \
 	fi
 
-test-all: install sysdeps slurmdeps
+test-all: install-dev sysdeps slurmdeps
 	$(PY) -m pytest tests/unit tests/integration -m ''
 
 # The decoding benchmark needs the demo model: the recipe runs first unless it already did.
-bench: install sysdeps
+bench: install-dev sysdeps
 	test -f recipes/an4/exp/an4_fbank_demo/lang/lm.arpa -a -f recipes/an4/exp/an4_fbank_demo/model.pt \
 		|| recipes/an4/run.sh train.progress=false
 	$(PY) -m asrkit bench --data-dir recipes/an4/data/test
 
 # Smaller runs (~4 minutes once the data is prepared); the decoding benchmark is skipped
 # until a model exists (make demo).
-bench-quick: install sysdeps
+bench-quick: install-dev sysdeps
 	test -f recipes/an4/data/test/feats.scp || recipes/an4/run.sh --stop-stage 3
 	$(PY) -m asrkit bench --quick --data-dir recipes/an4/data/test
 
-lint: install
+lint: install-dev
 	$(PY) -m ruff check asrkit recipes tests
 	$(PY) -m ruff format --check asrkit recipes tests
 
-typecheck: install
+typecheck: install-dev
 	$(PY) -m mypy
 
 clean:
