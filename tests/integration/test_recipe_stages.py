@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,29 @@ from asrkit.data.kaldi_ark import kaldi_io
 from asrkit.data.kaldi_table import read_matrices
 from asrkit.targets.alignments import read_alignments, read_frame_counts
 from tests.helpers import SHARED_AN4, make_data_dir, run_cli, tiny_recipe
+
+
+def _assert_a_clean_log(result: subprocess.CompletedProcess, exp: Path) -> None:
+    """What a user reads: no console line twice (timestamps aside), no thread-adaptation
+    messages at the default level (they are debug: `asrkit -v`), and the run's results
+    table as the last thing printed."""
+    import re
+
+    lines = [
+        re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "", ln) for ln in result.stderr.splitlines() if ln.strip()
+    ]
+    lines += [ln for ln in result.stdout.splitlines() if ln.strip()]
+    repeated = sorted({ln for ln in lines if lines.count(ln) > 1})
+    assert not repeated, repeated
+    assert not [ln for ln in lines if "intra-op thread" in ln]
+    out = result.stdout.rstrip().splitlines()
+    header = max(i for i, ln in enumerate(out) if ln.startswith("results of "))
+    assert out[header] == f"results of {exp}:" and all(
+        re.match(r"  \S+ \(.+\) +[\d.]+%  \[ \d+ / \d+", ln) for ln in out[header + 1 :]
+    ), out
+    logged = [re.sub(r"^\S+ \S+ ", "", ln) for ln in (exp / "log" / "run.log").read_text().splitlines()]
+    run_repeats = sorted({ln for ln in logged if ln.strip() and logged.count(ln) > 1})
+    assert not run_repeats, run_repeats
 
 
 def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
@@ -44,6 +68,7 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     ], result.stdout
     logged = (exp / "log" / "run.log").read_text()
     assert all(ln.split(": ", 1)[1] in logged for ln in printed)
+    _assert_a_clean_log(result, exp)
     summary = json.loads((exp / "train_summary.json").read_text())
     assert [h["epoch"] for h in summary["history"]] == [1, 2]
     assert (exp / "curves.png").read_bytes().startswith(b"\x89PNG")
@@ -208,6 +233,7 @@ def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
     beam = float(re.search(r"test \(beam_lm, [^)]*\): %WER ([\d.]+)", result.stdout).group(1))
     assert beam < wer
     assert (tmp_path / "exp" / "decode_beam_lm_train_dev" / "best_wer").is_file()
+    _assert_a_clean_log(result, tmp_path / "exp")
     exp = tmp_path / "exp"
     for name in ("train", "train_dev"):
         check = run_cli("check-alignments", str(exp / f"ali_{name}"), str(tmp_path / "data" / name))
