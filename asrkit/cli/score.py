@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from asrkit.scoring import score_files, summary
 
@@ -27,10 +28,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a 'speaker group' file (e.g. a data dir's spk2group: "
         "child/teen/adult); with --out-dir, also write a per_group table",
     )
+    parser.add_argument(
+        "--bootstrap",
+        nargs="?",
+        type=int,
+        const=1000,
+        metavar="N",
+        help="also a 95%% interval of the WER: N replica sets of utterances drawn with "
+        "replacement (Bisani & Ney 2004; default N 1000); with --out-dir also written to "
+        "wer_interval",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
     parser.set_defaults(func=_score)
 
 
 def _score(args: argparse.Namespace) -> int:
     result = score_files(args.ref, args.hyp, out_dir=args.out_dir, align=args.align, spk2group=args.spk2group)
     print(summary(result), end="")
+    if args.bootstrap is not None:
+        from asrkit.data.io import atomic_write
+        from asrkit.scoring.bootstrap import bootstrap_wer
+
+        interval = bootstrap_wer(result, replicas=args.bootstrap, seed=args.seed)
+        print(f"%WER {interval.wer:.2f}, {interval.line()}")
+        if args.out_dir is not None:
+            atomic_write(Path(args.out_dir) / "wer_interval", f"%WER {interval.wer:.2f}, {interval.line()}\n")
     return 0

@@ -6,9 +6,12 @@ Public API:
     - :func:`read_text`, :func:`score_texts`, :func:`score_files`,
       :func:`write_scoring_dir`, :func:`summary`; :class:`ErrorCounts`,
       :class:`ScoreResult`.
+    - :func:`bootstrap_wer`, :func:`bootstrap_counts` — a WER's confidence interval by
+      resampling utterances (:class:`BootstrapInterval`).
 """
 
 from asrkit.scoring.align import align_words
+from asrkit.scoring.bootstrap import BootstrapInterval, bootstrap_counts, bootstrap_wer
 from asrkit.scoring.wer import (
     ErrorCounts,
     ScoreResult,
@@ -20,9 +23,12 @@ from asrkit.scoring.wer import (
 )
 
 __all__ = [
+    "BootstrapInterval",
     "ErrorCounts",
     "ScoreResult",
     "align_words",
+    "bootstrap_counts",
+    "bootstrap_wer",
     "read_text",
     "score_files",
     "score_texts",
