@@ -29,6 +29,7 @@ _COMMANDS = {
     "check-alignments": "asrkit.cli.check_alignments",
     "bench": "asrkit.cli.bench",
     "score": "asrkit.cli.score",
+    "results": "asrkit.cli.results",
     "transcribe": "asrkit.cli.transcribe",
     "export": "asrkit.cli.export",
     "topology": "asrkit.cli.topology",

@@ -69,6 +69,14 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
     logged = (exp / "log" / "run.log").read_text()
     assert all(ln.split(": ", 1)[1] in logged for ln in printed)
     _assert_a_clean_log(result, exp)
+    collected = run_cli("results", str(exp), "--out", "-")  # the run's scores, read back from exp/
+    assert collected.returncode == 0, collected.stderr
+    for line in printed:
+        name, _, wer = line.partition(": %WER ")
+        name, _, how = name.partition(" (")
+        system = how.split(",")[0].rstrip(")") or "greedy"
+        rows = [r for r in collected.stdout.splitlines()[1:] if r.split()[:2] == [name, system]]
+        assert len(rows) == 1 and f"{float(wer.split()[0]):.2f}%" in rows[0], (collected.stdout, line)
     summary = json.loads((exp / "train_summary.json").read_text())
     assert [h["epoch"] for h in summary["history"]] == [1, 2]
     assert (exp / "curves.png").read_bytes().startswith(b"\x89PNG")
