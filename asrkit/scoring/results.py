@@ -127,7 +127,7 @@ def collect_results(root: str | Path) -> list[ResultRow]:
 def format_results(rows: list[ResultRow]) -> str:
     """A plain-text table, one block per experiment; the best WER of each set marked ``*``
     and the set the weights were tuned on marked ``(tuned)``."""
-    best = {}
+    best: dict[tuple[str, str], float] = {}
     for row in rows:
         key = (row.experiment, row.dataset)
         best[key] = min(best.get(key, row.wer), row.wer)
