@@ -105,7 +105,13 @@ class HclgDecoder(Decoder):
         began = time.monotonic()
         lm_weights = sorted({w for w, _ in points})
         penalties = sorted({p for _, p in points})
-        swept = self.search.sweep(prepared.scores, lm_weights, word_penalties=penalties, nj=self.nj)
+        swept = self.search.sweep(
+            prepared.scores,
+            lm_weights,
+            word_penalties=penalties,
+            nj=self.nj,
+            label=f"decoding ({self.label})",
+        )
         out: dict[Point, dict[str, str]] = {point: {} for point in points}
         for utt, words in swept.items():
             for point in points:
@@ -201,7 +207,13 @@ class GmmDecoder(HclgDecoder):
             alimdl = self.adaptation.alimdl
             first_scores = {utt: alimdl.log_likelihoods(feats(utt)) for utt in feats.utt_ids}
             weight, penalty = self.first_pass
-            swept = self.search.sweep(first_scores, [weight], word_penalties=[penalty], nj=self.nj)
+            swept = self.search.sweep(
+                first_scores,
+                [weight],
+                word_penalties=[penalty],
+                nj=self.nj,
+                label=f"first pass ({self.label})",
+            )
             first = {utt: " ".join(words[self.first_pass]) for utt, words in swept.items()}
             speakers = transforms_from_hypotheses(
                 self.system,

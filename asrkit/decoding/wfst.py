@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import math
-import multiprocessing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +37,7 @@ import numpy as np
 
 from asrkit.errors import ConfigError, DataError
 from asrkit.gmm.config import WfstConfig
+from asrkit.progress import Progress, counted, map_forked
 from asrkit.sigstack import quiet_worker
 
 log = logging.getLogger(__name__)
@@ -485,23 +485,28 @@ class WfstDecoder:
         *,
         word_penalties: Sequence[float] = (0.0,),
         nj: int = 1,
+        label: str = "lattice search",
     ) -> dict[str, dict[tuple[float, float], list[str]]]:
         """:meth:`decode_with_scales` for many utterances, in ``nj`` forked processes (Kaldi's
         ``decode.sh --nj``): ``utt -> (lm_weight, word_penalty) -> words``, in the order of
         ``scores``. The workers share the graph and the scores with this process (fork), so
-        nothing large is copied; each returns only its words."""
+        nothing large is copied; each returns only its words. ``label`` names the work in
+        the progress lines."""
         utts = list(scores)
         nj = max(1, min(nj, len(utts)))
         _SWEEP.update(
             decoder=self, scores=scores, lm_weights=list(lm_weights), penalties=list(word_penalties)
         )
+        points = len(lm_weights) * len(word_penalties)
+        what = f"{label} ({points} weight settings)" if points > 1 else label
         try:
-            if nj == 1:
-                parts = [_sweep_chunk(utts)]
-            else:
-                # Every nj-th utterance: similar lengths in each job, so they end together.
-                with multiprocessing.get_context("fork").Pool(nj, initializer=quiet_worker) as pool:
-                    parts = pool.map(_sweep_chunk, [utts[j::nj] for j in range(nj)])
+            with Progress(what, total=len(utts)) as progress:
+                if nj == 1:
+                    parts = [_sweep_chunk(utts)]
+                else:
+                    # Every nj-th utterance: similar lengths in each job, so they end together.
+                    jobs = [(utts[j::nj],) for j in range(nj)]
+                    parts = map_forked(_sweep_chunk, jobs, nj=nj, progress=progress, initializer=quiet_worker)
         finally:
             _SWEEP.clear()
         found: dict[str, dict[tuple[float, float], list[str]]] = {}
@@ -525,7 +530,7 @@ def _sweep_chunk(utts: list[str]) -> tuple[dict[str, dict[tuple[float, float], l
         utt: decoder.decode_with_scales(
             scores[utt], _SWEEP["lm_weights"], word_penalties=_SWEEP["penalties"], utt=utt
         )
-        for utt in utts
+        for utt in counted(utts)
     }
     return words, decoder.num_partial - before
 

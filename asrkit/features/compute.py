@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import multiprocessing
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from asrkit.data.kaldi_ark import kaldi_io, write_ark
 from asrkit.errors import DataError
 from asrkit.features.cmvn import cmvn_stats
 from asrkit.features.extractors import FeatureConfig, extract
+from asrkit.progress import Progress, map_forked, tick
 from asrkit.sigstack import quiet_worker
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ def _run_job(
             stats = cmvn_stats(feats)
             spk_stats[spk] = spk_stats[spk] + stats if spk in spk_stats else stats
             yield utt, feats
+            tick()
 
     scp = write_ark(ark_path, features())
     return _JobResult(scp, num_frames, spk_stats)
@@ -148,12 +149,11 @@ def compute_features_for_dir(
         nj,
     )
     try:
-        if nj == 1:
-            results = [_run_job(*jobs[0])]
-        else:
-            context = multiprocessing.get_context("fork")
-            with context.Pool(nj, initializer=quiet_worker) as pool:
-                results = pool.starmap(_run_job, jobs)
+        with Progress(f"features {data_dir}", total=len(data.utt_ids)) as progress:
+            if nj == 1:
+                results = [_run_job(*jobs[0])]
+            else:
+                results = map_forked(_run_job, jobs, nj=nj, progress=progress, initializer=quiet_worker)
     except BaseException as err:
         for path in ark_paths:
             with contextlib.suppress(FileNotFoundError):

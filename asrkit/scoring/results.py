@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from asrkit.errors import DataError
+from asrkit.scoring.wer import BEST_WER_FILE
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def collect_results(root: str | Path) -> list[ResultRow]:
                 wer=float(wer),
                 counts=counts.strip(),
                 setting=setting.read_text().strip() if setting.is_file() else "",
-                tuned_here=(folder / "best_wer").is_file(),
+                tuned_here=(folder / BEST_WER_FILE).is_file(),
                 source=wer_file.relative_to(root).as_posix(),
             )
         )

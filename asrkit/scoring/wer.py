@@ -15,6 +15,9 @@ from asrkit.scoring.align import align as align_with
 
 log = logging.getLogger(__name__)
 
+#: Kaldi's file of the best point of a weight sweep (in the tuned set's decode folder).
+BEST_WER_FILE = "best_wer"
+
 
 @dataclass
 class ErrorCounts:

@@ -18,7 +18,7 @@ from asrkit.decoding.recognizer import Recognizer, check_exp_dir
 from asrkit.device import pick_device
 from asrkit.errors import FILE_ONLY, ConfigError, DataError
 from asrkit.scoring import score_texts
-from asrkit.scoring.wer import read_text
+from asrkit.scoring.wer import BEST_WER_FILE, read_text
 from asrkit.stages.registry import RESULTS, StageContext
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ def _pick(
         atomic_write(out_dir / f"wer_{first:g}_{second:g}", words.kaldi_line() + "\n")
         results.append((words.errors, first, second, words.kaldi_line()))
     best = min(results)
-    atomic_write(out_dir / "best_wer", f"{best[3]} {out_dir / f'wer_{best[1]:g}_{best[2]:g}'}\n")
+    atomic_write(out_dir / BEST_WER_FILE, f"{best[3]} {out_dir / f'wer_{best[1]:g}_{best[2]:g}'}\n")
     log.info(
         "%s: best of %d settings: %g / %g (lm weight / word score or penalty), %s",
         what,

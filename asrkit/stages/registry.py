@@ -486,7 +486,14 @@ def _keep_previous(ctx: StageContext, train_number: int) -> Path:
     keep.mkdir(parents=True)
     made = [
         ctx.exp_dir / n
-        for n in ("model.pt", "train_summary.json", "curves.png", "learners.json", "checkpoints", "tensorboard")
+        for n in (
+            "model.pt",
+            "train_summary.json",
+            "curves.png",
+            "learners.json",
+            "checkpoints",
+            "tensorboard",
+        )
     ]
     made += sorted(ctx.exp_dir.glob("decode_*"))
     stages = ctx.exp_dir / ".stages"

@@ -175,7 +175,8 @@ def test_a_decoder_without_a_ctc_alignment_has_no_word_times() -> None:
 
 
 def test_tuning_and_decoding_is_written_once() -> None:
-    """Kaldi's best_wer, and a BeamSearch or an HCLG search built from settings, each have
+    """Kaldi's best_wer file name (written by the stages, read by ``asrkit results``), and a
+    BeamSearch or an HCLG search built from settings, each have
     one home in the library (benchmarks of the searches themselves aside)."""
     package = Path(asrkit.__file__).parent
     homes: dict[str, set[str]] = {}
@@ -185,7 +186,7 @@ def test_tuning_and_decoding_is_written_once() -> None:
             if needle in text and not where.startswith("bench/"):
                 homes.setdefault(needle, set()).add(where)
     assert homes == {
-        '"best_wer"': {"stages/common.py"},
+        '"best_wer"': {"scoring/wer.py"},
         "BeamSearch(": {"decoding/ctc.py"},
         "WfstDecoder.from_graph_dir(": {"decoding/hclg.py", "decoding/wfst.py"},
     }
