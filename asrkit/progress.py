@@ -2,9 +2,10 @@
 
 A tqdm bar suits a terminal, not a log file or a Slurm job's output, and the stages run
 for minutes without a word otherwise. :class:`Progress` writes a line when the work
-crosses another tenth *and* at least ``min_interval_s`` have passed since the last line
-(short jobs stay quiet), and one line at the end; every line holds its count, so no two
-are alike. Work done in forked worker processes (``features.nj``, ``wfst.nj``) is counted
+crosses another tenth *and* at least ``min_interval_s`` have passed since the last line,
+and a closing line when the work took ``quiet_below_s`` or more (a quick job, e.g. one
+file of ``asrkit transcribe``, says nothing); every line holds its count, so no two are
+alike. Work done in forked worker processes (``features.nj``, ``wfst.nj``) is counted
 through one shared counter that :func:`map_forked` polls from the parent, so the parent
 alone reports.
 """
@@ -37,6 +38,8 @@ class Progress:
         total: items in all (0: only the final line).
         unit: the items' name in the lines, e.g. ``utt``.
         min_interval_s: the least time between two progress lines.
+        quiet_below_s: work done faster than this gets no closing line (unless a progress
+            line was written).
         clock: seconds, monotonic (injectable for tests).
         logger: where the lines go.
     """
@@ -48,11 +51,14 @@ class Progress:
         *,
         unit: str = "utt",
         min_interval_s: float = 30.0,
+        quiet_below_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         logger: logging.Logger = log,
     ) -> None:
         self.what, self.total, self.unit = what, max(0, total), unit
-        self.min_interval_s, self.clock, self.logger = min_interval_s, clock, logger
+        self.min_interval_s, self.quiet_below_s = min_interval_s, quiet_below_s
+        self.clock, self.logger = clock, logger
+        self.lines = 0
         self.done = 0
         self.began = self.last = clock()
         self._next_tenth = 1
@@ -93,11 +99,14 @@ class Progress:
                 left,
             )
             self.last = now
+            self.lines += 1
             self._next_tenth = tenths + 1
 
     def finish(self) -> None:
-        """The closing line: how many in how long."""
+        """The closing line: how many in how long (none for quick work)."""
         elapsed = self.clock() - self.began
+        if elapsed < self.quiet_below_s and not self.lines:
+            return
         rate = f", {self.done / elapsed:.1f} {self.unit}/s" if elapsed > 0 and self.done else ""
         self.logger.info("%s: %d %s in %.1f s%s", self.what, self.done, self.unit, elapsed, rate)
 

@@ -15,6 +15,7 @@ from asrkit.decoding.beam import BeamSearch
 from asrkit.decoding.decoder import Decoder, DecodingRecord, Point, Prepared, register_kind
 from asrkit.decoding.recognizer import Recognizer
 from asrkit.errors import ConfigError
+from asrkit.progress import Progress
 
 __all__ = ["CTC_KINDS", "CtcDecoder"]
 
@@ -105,12 +106,22 @@ class CtcDecoder(Decoder):
     def hypotheses(self, prepared: Prepared, points: Sequence[Point]) -> dict[Point, dict[str, str]]:
         began = time.monotonic()
         out = {}
-        for point in points:
-            if self.kind == "greedy":
-                search = self.recognizer.greedy
-            else:  # a grid's searches are used once each; one point's is kept
-                search = self.search(point) if len(points) == 1 else self._build(point, 1)
-            out[point] = {utt: search(log_probs) for utt, log_probs in prepared.scores.items()}
+        what = (
+            f"decoding ({self.label}, {len(points)} weight settings)"
+            if len(points) > 1
+            else f"decoding ({self.label})"
+        )
+        with Progress(what, total=len(points) * len(prepared.scores)) as progress:
+            for point in points:
+                if self.kind == "greedy":
+                    search = self.recognizer.greedy
+                else:  # a grid's searches are used once each; one point's is kept
+                    search = self.search(point) if len(points) == 1 else self._build(point, 1)
+                found = {}
+                for utt, log_probs in prepared.scores.items():
+                    found[utt] = search(log_probs)
+                    progress.advance()
+                out[point] = found
         prepared.seconds += time.monotonic() - began
         return out
 

@@ -39,24 +39,25 @@ def test_a_line_per_tenth_at_most_and_none_too_soon(caplog: pytest.LogCaptureFix
     assert len(set(lines)) == len(lines)
 
 
-def test_a_quick_job_says_only_how_long_it_took(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_short_job_says_how_long_it_took_and_a_quick_one_nothing(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="asrkit.progress")
     clock = _Clock()
-    with Progress("decoding (tri1)", total=50, clock=clock) as progress:
-        for _ in range(50):
-            clock.now += 0.1
-            progress.advance()
-    assert _lines(caplog) == ["decoding (tri1): 50 utt in 5.0 s, 10.0 utt/s"]
+    for what, step in (("decoding (tri1)", 0.5), ("decoding (greedy)", 0.01)):
+        with Progress(what, total=50, clock=clock) as progress:
+            for _ in range(50):
+                clock.now += step
+                progress.advance()
+    assert _lines(caplog) == ["decoding (tri1): 50 utt in 25.0 s, 2.0 utt/s"]
 
 
 def test_no_total_and_no_items(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="asrkit.progress")
-    clock = _Clock()
-    with Progress("x", total=0, clock=clock) as progress:
+    with Progress("x", total=0, quiet_below_s=0) as progress:
         progress.advance(3)
-    with Progress("y", total=5, clock=clock):
+    with Progress("y", total=5, quiet_below_s=0):
         pass
-    assert _lines(caplog) == ["x: 3 utt in 0.0 s", "y: 0 utt in 0.0 s"]
+    lines = _lines(caplog)
+    assert [ln.split(" in ")[0] for ln in lines] == ["x: 3 utt", "y: 0 utt"]
 
 
 def test_a_failure_leaves_no_closing_line(caplog: pytest.LogCaptureFixture) -> None:
@@ -79,8 +80,13 @@ def test_forked_workers_are_counted_in_the_parent() -> None:
     assert progress.done == 30
 
 
-def test_feature_extraction_reports_its_utterances(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_feature_extraction_reports_its_utterances(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     caplog.set_level(logging.INFO, logger="asrkit.progress")
+    monkeypatch.setattr(
+        Progress.__init__, "__kwdefaults__", {**Progress.__init__.__kwdefaults__, "quiet_below_s": 0.0}
+    )
     data = tmp_path / "data" / "train"
     make_data_dir(data, utts=6)
     for nj in (1, 2):
