@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from asrkit.scoring import score_files, summary
+from asrkit.data.io import atomic_write
+from asrkit.scoring import bootstrap_wer, score_files, summary
+from asrkit.scoring.bootstrap import check_bootstrap
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,23 +36,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         const=1000,
         metavar="N",
-        help="also a 95%% interval of the WER: N replica sets of utterances drawn with "
-        "replacement (Bisani & Ney 2004; default N 1000); with --out-dir also written to "
-        "wer_interval",
+        help="also a 95%% interval of the WER and its standard error: N replica sets "
+        "(default 1000, at least 100) of the utterances drawn with replacement, each "
+        "replica's WER its errors over its reference words (Bisani & Ney 2004); one more "
+        "line after the summary, and with --out-dir the file wer_interval",
     )
     parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed (default 0)")
     parser.set_defaults(func=_score)
 
 
 def _score(args: argparse.Namespace) -> int:
+    if args.bootstrap is not None:  # a bad N or seed is refused before the summary is printed
+        check_bootstrap(args.bootstrap, args.seed)
     result = score_files(args.ref, args.hyp, out_dir=args.out_dir, align=args.align, spk2group=args.spk2group)
     print(summary(result), end="")
     if args.bootstrap is not None:
-        from asrkit.data.io import atomic_write
-        from asrkit.scoring.bootstrap import bootstrap_wer
-
-        interval = bootstrap_wer(result, replicas=args.bootstrap, seed=args.seed)
-        print(f"%WER {interval.wer:.2f}, {interval.line()}")
+        line = bootstrap_wer(result, replicas=args.bootstrap, seed=args.seed).line()
+        print(line)
         if args.out_dir is not None:
-            atomic_write(Path(args.out_dir) / "wer_interval", f"%WER {interval.wer:.2f}, {interval.line()}\n")
+            atomic_write(Path(args.out_dir) / "wer_interval", line + "\n")
     return 0

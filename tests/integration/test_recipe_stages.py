@@ -75,8 +75,9 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
         name, _, wer = line.partition(": %WER ")
         name, _, how = name.partition(" (")
         system = how.split(",")[0].rstrip(")") or "greedy"
-        rows = [r for r in collected.stdout.splitlines()[1:] if r.split()[:2] == [name, system]]
-        assert len(rows) == 1 and f"{float(wer.split()[0]):.2f}%" in rows[0], (collected.stdout, line)
+        rows = [r.split() for r in collected.stdout.splitlines()[1:] if r.split()[1:3] == [name, system]]
+        assert len(rows) == 1 and rows[0][0] == exp.name, (collected.stdout, line)
+        assert rows[0][3].lstrip("*") == f"{float(wer.split()[0]):.2f}", (collected.stdout, line)
     summary = json.loads((exp / "train_summary.json").read_text())
     assert [h["epoch"] for h in summary["history"]] == [1, 2]
     assert (exp / "curves.png").read_bytes().startswith(b"\x89PNG")
