@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from asrkit.data.audio import load_audio_file
-from asrkit.data.io import atomic_write
-from asrkit.decoding.decoder import load_decoder
+from asrkit.data.io import atomic_writer
+from asrkit.decoding.decoder import Decoder, load_decoder
 from asrkit.decoding.recognizer import check_exp_dir
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError, DataError
+from asrkit.progress import Progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,7 +81,13 @@ def _transcribe(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--ctm: word times come from the CTC alignment; a {decoder.kind} model has none yet"
         )
-    ctm: list[str] = []
+    with atomic_writer(args.ctm) if args.ctm else contextlib.nullcontext() as ctm:
+        return _transcribe_all(args, decoder, ctm)
+
+
+def _transcribe_all(args: argparse.Namespace, decoder: Decoder, ctm: IO[str] | None) -> int:
+    """Transcribe ``args.audio`` in order, each line on stdout as soon as it is known;
+    word times go to ``ctm`` as they come. The exit status, as :func:`_status`."""
     failed, low = 0, defaultdict[int, list[str]](list)
 
     def transcribe(group: list[tuple[str, np.ndarray, int, str]]) -> int:
@@ -92,30 +101,35 @@ def _transcribe(args: argparse.Namespace) -> int:
         for utt, _, _, path in group:
             text = texts[utt]
             print(f"{path}\t{text}", flush=True)
-            if args.ctm and text:
+            if ctm is not None and text:
                 times = decoder.word_times(prepared, utt, text)
                 if times is None:
                     warning = f"{path}: too short to align its transcript; no word times in the CTM"
                     print(f"asrkit: warning: {warning}", file=sys.stderr)
                     continue
-                ctm.extend(f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times)
+                ctm.writelines(f"{path} 1 {start:.2f} {dur:.2f} {word}\n" for word, start, dur in times)
         return 0
 
-    # Each file alone (its own speaker), printed as it is done, one file in memory at a
-    # time; one speaker's files (--speaker) are normalised and adapted together.
-    together: list[tuple[str, np.ndarray, int, str]] = []
-    for i, path in enumerate(args.audio):
-        audio = _load(args, path, decoder.sample_rate, low)
-        if audio is None:
-            failed += 1
-        elif args.speaker:
-            together.append((f"{i:08d}", *audio, path))
-        else:
-            failed += transcribe([(f"{i:08d}", *audio, path)])
-    if together:
-        failed += transcribe(together)
-    if args.ctm:
-        atomic_write(args.ctm, "".join(ctm))
+    # One speaker's files (--speaker) are normalised and adapted together, so all are
+    # held and decoded at the end (the decoder's own progress lines follow that).
+    if args.speaker:
+        together = []
+        for i, path in enumerate(args.audio):
+            audio = _load(args, path, decoder.sample_rate, low)
+            if audio is None:
+                failed += 1
+            else:
+                together.append((f"{i:08d}", *audio, path))
+        if together:
+            failed += transcribe(together)
+        return _status(failed, len(args.audio), low, decoder.sample_rate)
+    # Otherwise each file alone (its own speaker), printed as it is done, one file in
+    # memory at a time. Progress goes to the log (stderr), never among the transcripts;
+    # each file's own decoding lines stay silent inside this count of files.
+    with Progress("transcribe", total=len(args.audio), unit="files") as progress:
+        for i, path in enumerate(progress.each(args.audio)):
+            audio = _load(args, path, decoder.sample_rate, low)
+            failed += 1 if audio is None else transcribe([(f"{i:08d}", *audio, path)])
     return _status(failed, len(args.audio), low, decoder.sample_rate)
 
 

@@ -34,6 +34,7 @@ from asrkit.decoding.decoder import Decoder, DecodingRecord, Point, Prepared, re
 from asrkit.decoding.recognizer import Recognizer
 from asrkit.errors import DataError
 from asrkit.lm.ngram import NGramLM, read_arpa
+from asrkit.progress import Progress
 from asrkit.targets.tokenizer import Tokenizer
 
 
@@ -81,6 +82,7 @@ def combine_nbest(
     searches: Sequence[BeamSearch],
     tokenizers: Sequence[Tokenizer],
     lm: NGramLM,
+    progress: Progress | None = None,
 ) -> dict[str, list[Candidate]]:
     """The scored candidates of every utterance.
 
@@ -90,6 +92,7 @@ def combine_nbest(
         searches: per system, its n-best beam search (its own lexicon and tuned weights).
         tokenizers: per system, the units its model was trained on.
         lm: the word LM the combination weights.
+        progress: counts the utterances as their candidates are scored.
 
     Returns:
         utterance -> candidates (the union of the systems' n-best lists).
@@ -97,7 +100,7 @@ def combine_nbest(
     if not (len(posteriors) == len(searches) == len(tokenizers)) or not posteriors:
         raise ValueError("combine_nbest needs one search and one tokenizer per system")
     out: dict[str, list[Candidate]] = {}
-    for utt in posteriors[0]:
+    for utt in posteriors[0] if progress is None else progress.each(posteriors[0]):
         proposals: list[tuple[str, ...]] = []
         for post, search in zip(posteriors, searches, strict=True):
             for hyp in search.hypotheses(post[utt]):
@@ -175,16 +178,23 @@ class CombinedDecoder(Decoder):
 
     def _combined(self, posteriors: list[Prepared]) -> Prepared:
         began = time.monotonic()
-        candidates = combine_nbest(
-            [p.scores for p in posteriors],
-            searches=self.searches,
-            tokenizers=[r.tokenizer for r in self.recognizers],
-            lm=self.lm,
-        )
+        name = posteriors[0].name
+        with Progress(self.progress_label("n-best lists", name), total=len(posteriors[0].scores)) as progress:
+            candidates = combine_nbest(
+                [p.scores for p in posteriors],
+                searches=self.searches,
+                tokenizers=[r.tokenizer for r in self.recognizers],
+                lm=self.lm,
+                progress=progress,
+            )
         seconds = sum(p.seconds for p in posteriors) + time.monotonic() - began
         # The first system's log-probabilities stay for word times.
         return Prepared(
-            candidates, frames=posteriors[0].frames, seconds=seconds, extra={"own": posteriors[0]}
+            candidates,
+            frames=posteriors[0].frames,
+            seconds=seconds,
+            extra={"own": posteriors[0]},
+            name=name,
         )
 
     def hypotheses(self, prepared: Prepared, points: Sequence[Point]) -> dict[Point, dict[str, str]]:

@@ -15,6 +15,7 @@ from asrkit.decoding.beam import BeamSearch
 from asrkit.decoding.decoder import Decoder, DecodingRecord, Point, Prepared, register_kind
 from asrkit.decoding.recognizer import Recognizer
 from asrkit.errors import ConfigError
+from asrkit.loader.sources import UtteranceSource
 from asrkit.progress import Progress
 
 __all__ = ["CTC_KINDS", "CtcDecoder"]
@@ -69,7 +70,7 @@ class CtcDecoder(Decoder):
         return self.recognizer.features.sample_rate
 
     def prepare(self, data_dir: str | Path) -> Prepared:
-        return self._prepared(self.recognizer.open_set(data_dir))
+        return self._prepared(self.recognizer.open_set(data_dir), name=Path(data_dir).name)
 
     def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
         return self._prepared(self.recognizer.audio_source(samples, rate, utt=utt, where=where))
@@ -77,11 +78,15 @@ class CtcDecoder(Decoder):
     def prepare_speaker(self, recordings: Sequence[tuple[str, np.ndarray, int, str]]) -> Prepared:
         return self._prepared(self.recognizer.speaker_source(recordings))
 
-    def _prepared(self, utts) -> Prepared:
+    def _prepared(self, utts: UtteranceSource, *, name: str = "") -> Prepared:
         began = time.monotonic()
-        scores = dict(self.recognizer.posteriors(utts))
+        with Progress(self.progress_label("acoustic scores", name), total=len(utts)) as progress:
+            scores = dict(self.recognizer.posteriors(utts, progress=progress))
         return Prepared(
-            scores, frames=sum(int(s.shape[0]) for s in scores.values()), seconds=time.monotonic() - began
+            scores,
+            frames=sum(int(s.shape[0]) for s in scores.values()),
+            seconds=time.monotonic() - began,
+            name=name,
         )
 
     def search(self, point: Point, *, nbest: int = 1) -> BeamSearch:
@@ -106,22 +111,18 @@ class CtcDecoder(Decoder):
     def hypotheses(self, prepared: Prepared, points: Sequence[Point]) -> dict[Point, dict[str, str]]:
         began = time.monotonic()
         out = {}
-        what = (
-            f"decoding ({self.label}, {len(points)} weight settings)"
-            if len(points) > 1
-            else f"decoding ({self.label})"
-        )
+        what = self.progress_label("decoding", prepared.name, len(points))
+        # A CTC search runs once per point (no lattice to rescore): every point's
+        # utterances count.
         with Progress(what, total=len(points) * len(prepared.scores)) as progress:
             for point in points:
                 if self.kind == "greedy":
                     search = self.recognizer.greedy
                 else:  # a grid's searches are used once each; one point's is kept
                     search = self.search(point) if len(points) == 1 else self._build(point, 1)
-                found = {}
-                for utt, log_probs in prepared.scores.items():
-                    found[utt] = search(log_probs)
-                    progress.advance()
-                out[point] = found
+                out[point] = {
+                    utt: search(log_probs) for utt, log_probs in progress.each(prepared.scores.items())
+                }
         prepared.seconds += time.monotonic() - began
         return out
 

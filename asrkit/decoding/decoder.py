@@ -198,12 +198,14 @@ class Prepared:
         frames: input frames of the set (for real-time factors).
         seconds: time spent scoring and searching it so far.
         extra: what else a kind keeps per set (e.g. a combination's candidates).
+        name: the set's name (its data dir's), for progress lines; ``""`` for audio.
     """
 
     scores: Mapping[str, Any]
     frames: int = 0
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
 
 
 class Decoder(abc.ABC):
@@ -267,6 +269,14 @@ class Decoder(abc.ABC):
     def transcripts(self, prepared: Prepared) -> dict[str, str]:
         """Every utterance's transcript at the decoder's own point."""
         return self.hypotheses(prepared, [self.point])[self.point]
+
+    def progress_label(self, what: str, name: str, points: int = 1) -> str:
+        """What progress lines call ``what`` (``decoding``, ``acoustic scores`` ...) done to
+        set ``name`` at ``points`` grid points: ``decoding test (tri1)``, ``decoding dev
+        (beam_lm, 12 weight settings)``; sets and sweeps are told apart in a log."""
+        where = f"{what} {name}" if name else what
+        sweep = f", {points} weight settings" if points > 1 else ""
+        return f"{where} ({self.label}{sweep})"
 
     def setting(self, point: Point) -> str | None:
         """The ``setting`` line written beside a set decoded at ``point`` (None: none)."""

@@ -18,6 +18,7 @@ import torch
 from asrkit.decoding.decoder import Decoder, DecodingRecord, Point, Prepared, register_kind
 from asrkit.errors import ConfigError, DataError
 from asrkit.loader.sources import UtteranceSource
+from asrkit.progress import Progress
 
 if TYPE_CHECKING:
     from asrkit.decoding.recognizer import Recognizer
@@ -110,7 +111,7 @@ class HclgDecoder(Decoder):
             lm_weights,
             word_penalties=penalties,
             nj=self.nj,
-            label=f"decoding ({self.label})",
+            label=self.progress_label("decoding", prepared.name, len(points)),
         )
         out: dict[Point, dict[str, str]] = {point: {} for point in points}
         for utt, words in swept.items():
@@ -205,14 +206,15 @@ class GmmDecoder(HclgDecoder):
         if self.two_pass:
             assert self.adaptation is not None and self.adaptation.alimdl is not None
             alimdl = self.adaptation.alimdl
-            first_scores = {utt: alimdl.log_likelihoods(feats(utt)) for utt in feats.utt_ids}
+            with Progress(self.progress_label("first-pass scores", name), total=len(feats.utt_ids)) as p:
+                first_scores = {utt: alimdl.log_likelihoods(feats(utt)) for utt in p.each(feats.utt_ids)}
             weight, penalty = self.first_pass
             swept = self.search.sweep(
                 first_scores,
                 [weight],
                 word_penalties=[penalty],
                 nj=self.nj,
-                label=f"first pass ({self.label})",
+                label=self.progress_label("first pass", name),
             )
             first = {utt: " ".join(words[self.first_pass]) for utt, words in swept.items()}
             speakers = transforms_from_hypotheses(
@@ -226,9 +228,10 @@ class GmmDecoder(HclgDecoder):
             )
             extra.update(first_pass=first, speakers=speakers, first_pass_seconds=time.monotonic() - began)
             feats = TransformedFeatures(feats.base, feats.transform, context=feats.context, speakers=speakers)
-        scores = {utt: self.system.log_likelihoods(feats(utt)) for utt in feats.utt_ids}
+        with Progress(self.progress_label("acoustic scores", name), total=len(feats.utt_ids)) as p:
+            scores = {utt: self.system.log_likelihoods(feats(utt)) for utt in p.each(feats.utt_ids)}
         frames = sum(s.shape[0] for s in scores.values())
-        return Prepared(scores, frames=frames, seconds=time.monotonic() - began, extra=extra)
+        return Prepared(scores, frames=frames, seconds=time.monotonic() - began, extra=extra, name=name)
 
     def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
         raise ConfigError(
@@ -277,7 +280,7 @@ class HybridDecoder(HclgDecoder):
         return self.recognizer.features.sample_rate
 
     def prepare(self, data_dir: str | Path) -> Prepared:
-        return self._prepared(self.recognizer.open_set(data_dir))
+        return self._prepared(self.recognizer.open_set(data_dir), name=Path(data_dir).name)
 
     def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
         if self.recognizer.meta.get("fmllr"):
@@ -306,14 +309,16 @@ class HybridDecoder(HclgDecoder):
         utts = [Utterance(utt, normalize(x, stats), np.zeros(0, dtype=np.int64)) for utt, x in joined.items()]
         return self._prepared(InMemorySource(utts))
 
-    def _prepared(self, utts: UtteranceSource) -> Prepared:
+    def _prepared(self, utts: UtteranceSource, *, name: str = "") -> Prepared:
         lengths = dict(zip(utts.ids, np.asarray(utts.lengths).tolist(), strict=True))
         began = time.monotonic()
-        with torch.inference_mode():
-            scores = {
-                utt: self.scorer(out, lengths[utt]) for utt, out in self.recognizer.outputs(utts, "frame")
-            }
-        return Prepared(scores, frames=sum(lengths.values()), seconds=time.monotonic() - began)
+        with (
+            torch.inference_mode(),
+            Progress(self.progress_label("acoustic scores", name), total=len(lengths)) as progress,
+        ):
+            outputs = progress.each(self.recognizer.outputs(utts, "frame"))
+            scores = {utt: self.scorer(out, lengths[utt]) for utt, out in outputs}
+        return Prepared(scores, frames=sum(lengths.values()), seconds=time.monotonic() - began, name=name)
 
     def record(self, point: Point, *, tuned_on: str) -> DecodingRecord:
         settings = self._settings()

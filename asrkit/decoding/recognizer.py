@@ -27,6 +27,7 @@ from asrkit.loader.batch import CmvnNormalizer, Utterance, plan_buckets
 from asrkit.loader.opening import open_data_dir
 from asrkit.loader.sources import InMemorySource, UtteranceSource, as_source
 from asrkit.models.checkpoint import load_model_bundle
+from asrkit.progress import Progress
 from asrkit.targets.forced_align import ctc_forced_align
 from asrkit.targets.tokenizer import Tokenizer
 
@@ -188,8 +189,11 @@ class Recognizer:
             pieces.append(result[head][0, : int(result["lengths"][0])].cpu())
         return torch.cat(pieces)
 
-    def posteriors(self, utts: UtteranceSource | Sequence[Utterance]) -> list[tuple[str, torch.Tensor]]:
-        """``(utterance, (T', V) log-probabilities)`` of the output that decodes to tokens."""
+    def posteriors(
+        self, utts: UtteranceSource | Sequence[Utterance], *, progress: Progress | None = None
+    ) -> list[tuple[str, torch.Tensor]]:
+        """``(utterance, (T', V) log-probabilities)`` of the output that decodes to tokens;
+        ``progress`` counts the utterances as they come out of the network."""
         head = self.decode_head
         if head is None:
             raise ConfigError(
@@ -197,9 +201,10 @@ class Recognizer:
                 "do not map to words here; write log-likelihoods (stage 7) and "
                 "decode them with Kaldi's latgen-faster-mapped"
             )
+        outputs = self.outputs(utts, head)
         return [
             (utt, scores.log_softmax(dim=-1) if head == "frame" else scores)
-            for utt, scores in self.outputs(utts, head)
+            for utt, scores in (outputs if progress is None else progress.each(outputs))
         ]
 
     def greedy(self, log_probs: torch.Tensor) -> str:

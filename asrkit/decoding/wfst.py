@@ -490,17 +490,17 @@ class WfstDecoder:
         """:meth:`decode_with_scales` for many utterances, in ``nj`` forked processes (Kaldi's
         ``decode.sh --nj``): ``utt -> (lm_weight, word_penalty) -> words``, in the order of
         ``scores``. The workers share the graph and the scores with this process (fork), so
-        nothing large is copied; each returns only its words. ``label`` names the work in
-        the progress lines."""
+        nothing large is copied; each returns only its words. ``label`` starts the progress
+        lines (e.g. :meth:`~asrkit.decoding.decoder.Decoder.progress_label`'s ``decoding dev
+        (tri1, 6 weight settings)``); they count utterances, as each lattice is rescored at
+        every point at once."""
         utts = list(scores)
         nj = max(1, min(nj, len(utts)))
         _SWEEP.update(
             decoder=self, scores=scores, lm_weights=list(lm_weights), penalties=list(word_penalties)
         )
-        points = len(lm_weights) * len(word_penalties)
-        what = f"{label} ({points} weight settings)" if points > 1 else label
         try:
-            with Progress(what, total=len(utts)) as progress:
+            with Progress(label, total=len(utts)) as progress:
                 if nj == 1:
                     parts = [_sweep_chunk(utts)]
                 else:

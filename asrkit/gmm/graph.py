@@ -310,16 +310,21 @@ def _build_hclg(
     *,
     self_loop_scale: float,
     transition_scale: float,
+    what: str = "",
 ) -> tuple[kaldifst.StdVectorFst, list[int]]:
-    """:func:`make_hclg`, also returning the disambiguation transition-ids (of ``Ha``)."""
+    """:func:`make_hclg`, also returning the disambiguation transition-ids (of ``Ha``);
+    ``what`` (e.g. the graph dir) starts each step's log line, so that the graphs of several
+    systems, whose LG is the same, are told apart in a log."""
     ctx_dep = _context_dependency(ctx_dep)
     trans_model = _transition_model(trans_model)
     _check_model_covers_lang(lang, trans_model)
     started = time.perf_counter()
 
+    prefix = f"{what}: " if what else ""
+
     def step(name: str, fst: Any, since: float) -> float:
         now = time.perf_counter()
-        log.info("%s: %s (%.2fs)", name, _size_text(fst), now - since)
+        log.info("%s%s: %s (%.2fs)", prefix, name, _size_text(fst), now - since)
         return now
 
     t = started
@@ -365,7 +370,7 @@ def _build_hclg(
             "check that G was built from this lang and the model from its topology"
         )
     step("HCLG", hclg, t)
-    log.info("HCLG built in %.1fs", time.perf_counter() - started)
+    log.info("%sHCLG built in %.1fs", prefix, time.perf_counter() - started)
     return hclg, list(disambig_tids)
 
 
@@ -594,6 +599,12 @@ def make_graph(
     g = lm if isinstance(lm, kaldifst.StdVectorFst) else make_g(lm, lang)
     trans_model = _transition_model(trans_model)
     hclg, tids = _build_hclg(
-        lang, ctx_dep, trans_model, g, self_loop_scale=self_loop_scale, transition_scale=transition_scale
+        lang,
+        ctx_dep,
+        trans_model,
+        g,
+        self_loop_scale=self_loop_scale,
+        transition_scale=transition_scale,
+        what=str(graph_dir),
     )
     return write_graph_dir(graph_dir, lang, hclg, disambig_tids=tids, num_pdfs=trans_model.num_pdfs)

@@ -414,7 +414,13 @@ class SpeakerAdapter:
         alimdl = self.adaptation.alimdl
         assert alimdl is not None
         scores = {utt: alimdl.log_likelihoods(si(utt)) for utt in si.utt_ids}
-        swept = self.search.sweep(scores, [self.first_pass[0]], word_penalties=[self.first_pass[1]], nj=1)
+        swept = self.search.sweep(
+            scores,
+            [self.first_pass[0]],
+            word_penalties=[self.first_pass[1]],
+            nj=1,
+            label=f"first pass ({self.system_dir.name}, one speaker)",
+        )
         first = {utt: " ".join(words[self.first_pass]) for utt, words in swept.items()}
         speakers = transforms_from_hypotheses(
             self.system, alimdl, si, first, self.gmm, silence_weight=self.gmm.fmllr_silence_weight

@@ -25,7 +25,6 @@ import gzip
 import heapq
 import json
 import logging
-import multiprocessing
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +53,7 @@ from asrkit.gmm.tree import (
     read_roots,
     read_tree,
 )
+from asrkit.progress import Progress, counted, map_forked
 from asrkit.sigstack import quiet_worker
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ def _align_chunk(utts: list[str]) -> tuple[dict[str, list[int]], list[str], int,
     out: dict[str, list[int]] = {}
     failed: list[str] = []
     retried, like, frames = 0, 0.0, 0
-    for utt in utts:
+    for utt in counted(utts):
         graph = kaldifst.StdVectorFst(graphs[utt])
         khg.add_transition_probs(
             trans_model=system.trans_model,
@@ -240,11 +240,13 @@ def align(
     nj = max(1, min(cfg.nj, len(utts)))
     chunks = [utts[j::nj] for j in range(nj)]
     try:
-        if nj == 1:
-            parts = [_align_chunk(chunks[0])]
-        else:
-            with multiprocessing.get_context("fork").Pool(nj, initializer=quiet_worker) as pool:
-                parts = pool.map(_align_chunk, chunks)
+        # A pass over a large set takes minutes; the iteration lines come only after it.
+        with Progress(f"aligning {where}", total=len(utts)) as progress:
+            if nj == 1:
+                parts = [_align_chunk(chunks[0])]
+            else:
+                jobs = [(chunk,) for chunk in chunks]
+                parts = map_forked(_align_chunk, jobs, nj=nj, progress=progress, initializer=quiet_worker)
     finally:
         _PASS.clear()
     result = AlignResult({}, [], 0, 0.0, 0)
