@@ -8,10 +8,13 @@ Public API:
       :class:`ScoreResult`.
     - :func:`bootstrap_wer`, :func:`bootstrap_counts` — a WER's confidence interval by
       resampling utterances (:class:`BootstrapInterval`).
+    - :func:`score_nist_files` (:mod:`.nist`) — STM references, CTM hypotheses and a GLM
+      (:mod:`.glm`, csrfilt's rules), scored as NIST's ``hubscr.pl -h hub5``.
 """
 
 from asrkit.scoring.align import align_words
 from asrkit.scoring.bootstrap import BootstrapInterval, bootstrap_counts, bootstrap_wer
+from asrkit.scoring.nist import score_nist_files
 from asrkit.scoring.wer import (
     ErrorCounts,
     ScoreResult,
@@ -31,6 +34,7 @@ __all__ = [
     "bootstrap_wer",
     "read_text",
     "score_files",
+    "score_nist_files",
     "score_texts",
     "summary",
     "write_scoring_dir",

@@ -213,6 +213,7 @@ def test_transcribe_errors_are_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.recipe
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the whole demo: minutes, beyond the default tier's 300 s limit
 @pytest.mark.skipif(not SHARED_AN4.is_dir(), reason=f"AN4 corpus not at {SHARED_AN4}")
 def test_an4_demo_recipe_end_to_end(tmp_path: Path) -> None:
     """The `make demo` recipe on real AN4 (minutes): test WER within the demo target; the
