@@ -29,6 +29,7 @@ _COMMANDS = {
     "check-alignments": "asrkit.cli.check_alignments",
     "bench": "asrkit.cli.bench",
     "score": "asrkit.cli.score",
+    "compare": "asrkit.cli.compare",
     "results": "asrkit.cli.results",
     "transcribe": "asrkit.cli.transcribe",
     "export": "asrkit.cli.export",
