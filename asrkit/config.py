@@ -67,6 +67,9 @@ class DataConfig:
         num_dev: how much of the training data is held out as ``dev_set``, in the unit
             the recipe's prep script says (AN4: utterances; speechocean762: speakers).
         train_set / dev_set / test_sets: data dir names under ``data_root``.
+        corpus_dirs: more corpus locations by name, for a corpus that comes in several
+            distributions (Switchboard: ``eval2000_audio``, ``eval2000_text``, ``ms98``);
+            handed to the prep script's ``prepare(..., corpus_dirs=...)`` when it takes them.
         import_dirs: Kaldi data dirs prepared elsewhere, by set name (``{train:
             /egs/swbd/s5c/data/train_nodup, ...}``); when set, stage 1 copies their text
             files into ``data_root/<name>`` (never writing into them) instead of running the
@@ -92,6 +95,7 @@ class DataConfig:
     dev_set: str = "train_dev"
     test_sets: list[str] = field(default_factory=lambda: ["test"])
     import_dirs: dict[str, str] = field(default_factory=dict)
+    corpus_dirs: dict[str, str] = field(default_factory=dict)
     lexicon: str = ""
     speed_perturb: list[float] = field(default_factory=list)
     text_normalize: str = "none"

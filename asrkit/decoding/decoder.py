@@ -369,9 +369,57 @@ def write_and_score(hyp: Mapping[str, str], data_dir: str | Path, out_dir: str |
         return None
     # A data dir's spk2group (e.g. speechocean762's child/teen/adult) adds a per_group table.
     groups = data_dir / "spk2group"
-    return score_files(
+    line = score_files(
         data_dir / "text",
         out_dir / "hyp",
         out_dir=out_dir / "scoring",
         spk2group=groups if groups.is_file() else None,
     ).words.kaldi_line()
+    if (data_dir / "stm").is_file():
+        score_nist(data_dir, out_dir)
+    return line
+
+
+#: A data dir's subsets for NIST scoring: ``name prefix`` lines (eval2000: ``swbd sw_``).
+STM_SUBSETS = "stm_subsets"
+
+
+def score_nist(data_dir: Path, out_dir: Path) -> None:
+    """A data dir with an ``stm`` (and a ``glm``) is also scored as NIST's hubscr.pl does:
+    ``out_dir/hyp``'s words spread over each utterance's segment, through the GLM, against
+    the STM, overall and per subset (``stm_subsets``); ``out_dir/scoring_nist/``."""
+    from asrkit.data.io import atomic_write
+    from asrkit.scoring.glm import read_glm
+    from asrkit.scoring.nist import (
+        ctm_text,
+        parse_subsets,
+        read_stm,
+        report,
+        score_stm,
+        words_from_text,
+        write_nist_dir,
+    )
+
+    if not (data_dir / "segments").is_file():
+        raise DataError(
+            f"{data_dir}: has an stm but no segments; NIST scoring places each utterance's words "
+            "by its segment (re-create the dir with its segments file)"
+        )
+    r2fc = data_dir / "reco2file_and_channel"
+    glm = data_dir / "glm"
+    subsets_file = data_dir / STM_SUBSETS
+    specs = []
+    if subsets_file.is_file():
+        lines = [ln.split() for ln in subsets_file.read_text().splitlines()]
+        specs = ["=".join(parts[:2]) for parts in lines if len(parts) >= 2]
+    subsets = parse_subsets(specs)
+    words = words_from_text(
+        out_dir / "hyp", data_dir / "segments", reco2file_and_channel=r2fc if r2fc.is_file() else None
+    )
+    result = score_stm(read_stm(data_dir / "stm"), words, glm=read_glm(glm) if glm.is_file() else None)
+    write_nist_dir(result, out_dir / "scoring_nist", subsets)
+    # The hypotheses as a CTM, for NIST's own tools (hubscr.pl, sclite); word times spread
+    # evenly over each utterance's segment (the HCLG decoders give no word times yet).
+    atomic_write(out_dir / "scoring_nist" / "hyp.ctm", ctm_text(words))
+    for text in report(result, subsets).splitlines():
+        log.info("%s: NIST scoring (stm%s): %s", out_dir, " + glm" if glm.is_file() else "", text)

@@ -570,6 +570,12 @@ def words_from_text(
     return words
 
 
+def ctm_text(words: Sequence[HypWord]) -> str:
+    """``words`` as CTM lines (``file channel start duration word``), sorted as hubscr sorts."""
+    ordered = sorted(words, key=lambda w: (w.file, w.channel, w.start))
+    return "".join(f"{w.file} {w.channel} {w.start:.2f} {w.duration:.2f} {w.text}\n" for w in ordered)
+
+
 def parse_subsets(specs: Sequence[str]) -> list[tuple[str, str]]:
     """``["swbd=sw_", "en_"]`` → ``[("swbd", "sw_"), ("en_", "en_")]``: name and file prefix."""
     out = []

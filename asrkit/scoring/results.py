@@ -187,6 +187,32 @@ def _row(root: Path, folder: Path) -> ResultRow | None:
     )
 
 
+def _nist_rows(root: Path, folder: Path, row: ResultRow) -> list[ResultRow]:
+    """A set scored against an STM as hubscr does (``scoring_nist/wer``): a row per line, its
+    set ``<set>:all`` or ``<set>:<subset>`` (eval2000's ``swbd`` and ``callhm``)."""
+    path = folder / "scoring_nist" / "wer"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        found = _WER_LINE.match(line)
+        name = line.rsplit("]", 1)[-1].split()
+        if found is None or not name:
+            continue
+        out.append(
+            replace(
+                row,
+                dataset=f"{row.dataset}:{name[0]}",
+                wer=float(found.group(1)),
+                errors=int(found.group(3)),
+                words=int(found.group(4)),
+                counts=found.group(2),
+                source=path.relative_to(root).as_posix(),
+            )
+        )
+    return out
+
+
 def collect_results(root: str | Path) -> list[ResultRow]:
     """Every scored decoding under ``root``, sorted by experiment, set, WER and system.
 
@@ -212,6 +238,7 @@ def collect_results(root: str | Path) -> list[ResultRow]:
         row = _row(root, folder)
         if row is not None:
             rows.append(row)
+            rows += _nist_rows(root, folder, row)
     if not rows:
         raise DataError(
             f"no scored decodings under {root}: run a recipe's decode stage first (or give its exp dir)"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 from asrkit.data.datadir import read_kaldi_map, validate_data_dir, write_kaldi_map
 from asrkit.data.download import download_corpus
@@ -74,6 +76,14 @@ def prepare(ctx: StageContext) -> None:
         )
     for name in ctx.cfg.data.all_sets:
         drop_feature_files(ctx.data_root / name)
+    extra: dict[str, Any] = {}
+    if "corpus_dirs" in inspect.signature(prep.prepare).parameters:
+        extra["corpus_dirs"] = {k: Path(v) for k, v in ctx.cfg.data.corpus_dirs.items() if v}
+    elif ctx.cfg.data.corpus_dirs:
+        raise ConfigError(
+            f"data.corpus_dirs: {ctx.cfg.data.prep_script} takes no other corpus locations; "
+            "remove the setting"
+        )
     prep.prepare(
         corpus_dir,
         ctx.data_root,
@@ -81,6 +91,7 @@ def prepare(ctx: StageContext) -> None:
         train_set=ctx.cfg.data.train_set,
         dev_set=ctx.cfg.data.dev_set,
         test_sets=list(ctx.cfg.data.test_sets),
+        **extra,
     )
     for name in ctx.cfg.data.all_sets:
         data = validate_data_dir(ctx.data_root / name)
