@@ -450,8 +450,10 @@ def assign_words(
         side = by_side.get(key)
         if side is None:
             raise DataError(
-                f"CTM line {word.line}: file {word.file!r} channel {word.channel!r} has no segment "
-                "in the STM; score the CTM against the STM of the same recordings"
+                f"{f'CTM line {word.line}' if word.line else 'a hypothesis word'}: file {word.file!r} "
+                f"channel {word.channel!r} has no segment "
+                "in the STM; score the CTM against the STM of the same recordings (a Kaldi text "
+                "with --segments needs --reco2file-and-channel to name files and channels)"
             )
         mid = word.midpoint
         k = cursor.get(key, 0)
