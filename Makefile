@@ -42,7 +42,7 @@ sysdeps:
 demo: install sysdeps
 	recipes/an4/run.sh
 
-# Both tiers: tests/unit (in-process, about a minute) and tests/integration (subprocesses).
+# Both tiers: tests/unit (in-process, about two minutes) and tests/integration (subprocesses).
 test: install-dev sysdeps
 	$(PY) -m pytest tests/unit tests/integration
 
