@@ -131,6 +131,8 @@ def tune_and_decode(
         return cache[name]
 
     best, tuned_on = decoder.grid[0], ""
+    table: Mapping[Point, Mapping[str, str]] = {}
+    tune_dir = Path()
     if len(decoder.grid) > 1:
         tuned_on, tune_dir = tune()
         table = decoder.hypotheses(scores(tuned_on, tune_dir), decoder.grid)
@@ -143,7 +145,12 @@ def tune_and_decode(
     if record_dir is not None:
         decoder.record(best, tuned_on=tuned_on).save(record_dir)
     for name, data_dir in targets:
-        hyp = decoder.hypotheses(scores(name, data_dir), [best])[best]
+        if table and name == tuned_on and Path(data_dir).resolve() == Path(tune_dir).resolve():
+            # The sweep decoded this set at every point, the best one included: a decoder's
+            # words at a point do not depend on the other points it was asked for.
+            hyp = dict(table[best])
+        else:
+            hyp = decoder.hypotheses(scores(name, data_dir), [best])[best]
         folder = out_dir(name)
         line = write_and_score(hyp, data_dir, folder)
         setting = decoder.setting(best)
