@@ -367,6 +367,8 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "lm.general_weights": [0.02, 0.05, 0.1, 0.2, 0.3],
     "align.ivector_dim": 0,
     "align.ivector_gauss": 256,
+    # More corpus locations, for a corpus in several distributions (Switchboard, 2026-11-29).
+    "data.corpus_dirs": {},
 }
 
 
