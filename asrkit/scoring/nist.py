@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -257,15 +257,7 @@ def _diagonal(
 
 def counts_of(ops: Iterable[NistOp]) -> ErrorCounts:
     """One segment's counts (reference words: correct + substituted + deleted)."""
-    counts = ErrorCounts(sentences=1)
-    for op, ref, _hyp in ops:
-        counts.ref_words += ref is not None
-        counts.corr += op == "C"
-        counts.sub += op == "S"
-        counts.dele += op == "D"
-        counts.ins += op == "I"
-    counts.sentence_errors = int(counts.errors > 0)
-    return counts
+    return ErrorCounts.of(ops)
 
 
 # ---------------------------------------------------------------------------- STM and CTM
@@ -318,6 +310,23 @@ def _float(value: str, path: Path, number: int, what: str) -> float:
         raise DataError(f"{path}:{number}: {what} {value!r} is not a number; fix the line") from None
 
 
+def _records(path: Path, what: str, fields: int, form: str) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, fields)`` of an STM or CTM file's records: blank lines and ``;;``
+    comments skipped, a record of fewer than ``fields`` fields refused (``form``: what a
+    line holds)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise DataError(f"{path}: cannot read the {what} file ({err.strerror}); check the path") from err
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.startswith(";;"):
+            continue
+        parts = line.split()
+        if len(parts) < fields:
+            raise DataError(f"{path}:{number}: a {what} line needs `{form}`, got {line.strip()!r}; fix it")
+        yield number, parts
+
+
 def read_stm(path: str | Path) -> list[Segment]:
     """An STM file's segments (``;;`` comments skipped).
 
@@ -326,20 +335,8 @@ def read_stm(path: str | Path) -> list[Segment]:
             an end before its start (file and line named).
     """
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise DataError(f"{path}: cannot read the STM file ({err.strerror}); check the path") from err
     segments = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip() or line.startswith(";;"):
-            continue
-        fields = line.split()
-        if len(fields) < 5:
-            raise DataError(
-                f"{path}:{number}: an STM line needs `file channel speaker start end [<labels>] "
-                f"text`, got {line.strip()!r}; fix the line"
-            )
+    for number, fields in _records(path, "STM", 5, "file channel speaker start end [<labels>] text"):
         start = _float(fields[3], path, number, "start time")
         end = _float(fields[4], path, number, "end time")
         if end < start:
@@ -359,20 +356,8 @@ def read_ctm(path: str | Path) -> list[HypWord]:
         DataError: a line with fewer than 5 fields or times that are not numbers.
     """
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise DataError(f"{path}: cannot read the CTM file ({err.strerror}); check the path") from err
     words = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip() or line.startswith(";;"):
-            continue
-        fields = line.split()
-        if len(fields) < 5:
-            raise DataError(
-                f"{path}:{number}: a CTM line needs `file channel start duration word [confidence]`, "
-                f"got {line.strip()!r}; fix the line"
-            )
+    for number, fields in _records(path, "CTM", 5, "file channel start duration word [confidence]"):
         if fields[4].startswith("<ALT"):
             raise DataError(
                 f"{path}:{number}: alternation blocks (<ALT_BEGIN>) are not read; give the "

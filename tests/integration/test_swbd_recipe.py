@@ -5,7 +5,6 @@ CallHome table scored as hubscr.pl scores it (checked against sctk's tools when 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -15,56 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import SHARED_AN4, run_cli
+from tests.unit.test_nist_scoring import SCTK, _hubscr_counts
 
 ROOT = Path(__file__).resolve().parents[2]
-SCTK = Path("/usr/lib/sctk/bin")
 
 pytestmark = [
     pytest.mark.timeout(900),
     pytest.mark.skipif(not SHARED_AN4.is_dir(), reason=f"AN4 corpus not at {SHARED_AN4}"),
     pytest.mark.skipif(shutil.which("sox") is None, reason="sox reads the SPHERE channels"),
 ]
-
-
-def _sclite_sum(stm: Path, ctm: Path, glm: Path, prefix: str, work: Path) -> tuple[int, ...]:
-    """csrfilt.sh -dh with the GLM on both files, the subset's lines, sclite -F -D: Sum row."""
-    env = {**os.environ, "PATH": f"{SCTK}:{os.environ['PATH']}"}
-    paths = {}
-    for path, kind, purpose in ((stm, "stm", "ref"), (ctm, "ctm", "hyp")):
-        out = subprocess.run(
-            [str(SCTK / "csrfilt.sh"), "-i", kind, "-t", purpose, "-dh", str(glm)],
-            stdin=path.open(),
-            capture_output=True,
-            text=True,
-            check=True,
-            env=env,
-        ).stdout
-        keep = [ln for ln in out.splitlines() if ln.startswith(";;") or ln.startswith(prefix)]
-        paths[kind] = work / f"{kind}.{prefix or 'all'}"
-        paths[kind].write_text("\n".join(keep) + "\n")
-    out = subprocess.run(
-        [
-            str(SCTK / "sclite"),
-            "-r",
-            str(paths["stm"]),
-            "stm",
-            "-h",
-            str(paths["ctm"]),
-            "ctm",
-            "-F",
-            "-D",
-            "-o",
-            "rsum",
-            "stdout",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout
-    m = re.search(r"\|\s*Sum\s*\|\s*(\d+)\s+(\d+)\s*\|\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", out)
-    assert m, out[-2000:]
-    return tuple(int(x) for x in m.groups())
 
 
 def test_swbd_recipe_on_a_synthetic_ldc_layout(tmp_path: Path) -> None:
@@ -125,7 +83,6 @@ def test_swbd_recipe_on_a_synthetic_ldc_layout(tmp_path: Path) -> None:
         )
         assert m, line
         words, ins, dele, sub, segments = (int(x) for x in m.groups())
-        snt, wrd, _c, s_sub, s_del, s_ins = _sclite_sum(
-            data / "stm", scoring / "hyp.ctm", data / "glm", prefix, tmp_path
-        )
+        sclite = _hubscr_counts(data / "stm", scoring / "hyp.ctm", data / "glm", prefix)
+        snt, wrd, _c, s_sub, s_del, s_ins = sclite
         assert (segments, words, sub, dele, ins) == (snt, wrd, s_sub, s_del, s_ins), (prefix, line)
