@@ -85,15 +85,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A log file that cannot be written (a full disk) must not add tracebacks to the one
     # line that says so.
     logging.raiseExceptions = False
-    previous = _terminate_like_ctrl_c()
+    previous, stopped = _terminate_like_ctrl_c(), False
     try:
         return int(args.func(args) or 0)
-    except TrainingStopped as stopped:
+    except TrainingStopped as stop:
         from asrkit.training.stop import ignore_signals_at_exit
 
         ignore_signals_at_exit()
-        if not stopped.quiet:
-            print(f"asrkit: {stopped}", file=sys.stderr)
+        stopped = True
+        if not stop.quiet:
+            print(f"asrkit: {stop}", file=sys.stderr)
         return STOPPED_EXIT
     except UserError as err:
         print(f"asrkit: error: {err}", file=sys.stderr)
@@ -111,7 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"asrkit: interrupted {how}", file=sys.stderr)
         return 130
     finally:
-        if previous is not None:
+        # After a stop, ignore_signals_at_exit's handlers stay: putting back the default
+        # action here let the tail of a signal burst kill the exiting process (-15).
+        if previous is not None and not stopped:
             signal.signal(signal.SIGTERM, previous)
 
 

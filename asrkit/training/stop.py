@@ -139,11 +139,26 @@ class StopRequest:
 
 
 def ignore_signals_at_exit() -> None:
-    """For a process leaving after a stop: once its threads are joined (``atexit`` runs
-    then), SIGINT and SIGTERM are ignored. Python's finalization sets every handler it
-    installed back to the default action, so the tail of a signal burst that arrived during
-    the teardown killed the process (status -2 or -15) after it had printed that it stopped
-    and saved; ignored ones it leaves alone."""
+    """For a process leaving after a stop, from the moment it knows it stopped: the rest of
+    the signal burst (a process group's ``kill``, torchrun passing it on, Slurm's copies,
+    a user's repeated Ctrl-C) within :data:`SAME_STOP_S` is ignored, a later signal takes
+    its default action (a wind-up that hangs can still be killed). Once the threads are
+    joined (``atexit`` runs then) both are ignored: Python's finalization sets every
+    handler it installed back to the default action, so a signal that arrived during the
+    teardown killed the process (status -2 or -15) after it had printed that it stopped
+    and saved; ignored ones it leaves alone. Main thread only (elsewhere it does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    since = time.monotonic()
+
+    def tail(signum: int, frame: FrameType | None) -> None:
+        if time.monotonic() - since < SAME_STOP_S:
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for sig in SIGNALS:
+        signal.signal(sig, tail)
 
     def ignore() -> None:
         if threading.current_thread() is threading.main_thread():

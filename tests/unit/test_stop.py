@@ -70,3 +70,46 @@ def test_a_stop_acted_on_in_time_prints_nothing(capsys: pytest.CaptureFixture[st
     time.sleep(0.6)
     assert "still running" not in capsys.readouterr().err
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_stopped_command_never_puts_the_default_action_back_before_it_exits(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From the TrainingStopped that ends a command to the process's exit, SIGINT and SIGTERM
+    are never left to their default action: the CLI used to put SIGTERM's back on its way
+    out, and the tail of a signal burst landing between that and ``atexit`` killed
+    ``asrkit simulate`` with status -15 after it had printed that it stopped (seen in CI)."""
+    import argparse
+
+    from asrkit.cli import main as cli
+    from asrkit.errors import STOPPED_EXIT, TrainingStopped
+
+    def stopped(args: argparse.Namespace) -> int:
+        raise TrainingStopped("stopped by SIGINT; rerun the same command to continue")
+
+    def parser(argv: object = None) -> argparse.ArgumentParser:
+        p = argparse.ArgumentParser(prog="asrkit")
+        p.add_argument("-v", "--verbose", action="store_true")
+        p.add_argument("command")
+        p.set_defaults(func=stopped)
+        return p
+
+    real_signal = signal.signal
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    set_to: list[tuple[int, object]] = []
+
+    def recording(sig: int, handler: object) -> object:
+        set_to.append((sig, handler))
+        return real_signal(sig, handler)
+
+    monkeypatch.setattr(cli, "build_parser", parser)
+    monkeypatch.setattr(signal, "signal", recording)
+    try:
+        assert cli.main(["train"]) == STOPPED_EXIT
+        last = {sig: handler for sig, handler in set_to}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            assert callable(last[sig]), (sig, set_to)  # the tail handler, not SIG_DFL
+    finally:
+        for sig, handler in saved.items():
+            real_signal(sig, handler)
+    assert "stopped by SIGINT" in capsys.readouterr().err
