@@ -23,7 +23,9 @@ OpenMP team competing with the training step's for the cores (and OpenMP does no
 
 from __future__ import annotations
 
+import faulthandler
 import gc
+import logging
 import mmap
 import multiprocessing
 import os
@@ -43,6 +45,12 @@ from asrkit.errors import UserError
 from asrkit.loader.batch import Batch
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
+
+#: Seconds a consumer waits for a batch from a live reading worker before it has the worker
+#: print where it is (its Python stack, to stderr): a worker that is alive but delivers
+#: nothing is a hang, and without the stack the log only shows the consumer waiting.
+STALL_REPORT_S = 30.0
 
 
 def can_fork() -> bool:
@@ -343,11 +351,15 @@ class ReaderPool:
         assert self._header is not None
         filled = self._filled[slot]
         pause, checked = 2e-5, time.monotonic()
+        report_at = checked + STALL_REPORT_S
         while not filled.acquire(False):
             now = time.monotonic()
             if now - checked > 0.05:
                 checked = now
                 self._check_alive(j % self.workers, f"before batch {j} was read")
+                if now > report_at:
+                    report_at = float("inf")
+                    self._report_stall(j)
             time.sleep(pause)
             pause = min(2 * pause, 1e-3)
         flag, size, length, index = self._header[slot * _SLOT_HEADER : (slot + 1) * _SLOT_HEADER]
@@ -361,6 +373,23 @@ class ReaderPool:
                 f"the plan has batch {j} ({shape[0]}x{shape[1]}, utterance "
                 f"{first} first): the planner changed after the workers started"
             )
+
+    def _report_stall(self, j: int) -> None:
+        """Batch ``j`` is long overdue from a live worker: say so, and have the worker print
+        its stack (faulthandler, registered for SIGUSR1 in :func:`_serve`)."""
+        proc = self._procs[j % self.workers]
+        log.warning(
+            "batch %d of this epoch has not come from the batch-reading worker process %s "
+            "in %g s though it is alive; its stack follows on stderr (please report this with "
+            "the log; train.loader=thread reads in threads instead)",
+            j,
+            proc.pid,
+            STALL_REPORT_S,
+        )
+        try:
+            os.kill(proc.pid, signal.SIGUSR1)
+        except OSError:
+            pass
 
     def _check_alive(self, w: int, when: str) -> None:
         proc = self._procs[w]
@@ -444,6 +473,8 @@ def _serve(pool: ReaderPool, worker: int, commands: Any, replies: Any, parent: i
     # closes the pool; a worker whose learner is gone ends on its own (below).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # A consumer kept waiting asks where this worker is (ReaderPool._report_stall).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     # The collector would touch every object inherited from the learner (copying its
     # pages) and could run their finalizers here; this loop makes no garbage cycles.
     gc.disable()

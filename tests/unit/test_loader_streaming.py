@@ -320,6 +320,33 @@ def test_a_dead_reading_worker_stops_the_consumer_instead_of_hanging() -> None:
 
 
 @pytest.mark.skipif(not can_fork(), reason="worker processes need fork")
+def test_a_live_worker_that_delivers_nothing_is_reported_with_its_stack(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A worker that is alive but stuck (a CI run hung so, with only the consumer's stack in
+    the log): after STALL_REPORT_S the consumer warns and the worker prints its stack."""
+    import time
+
+    from asrkit.loader import prefetch
+
+    def stall(utt: str) -> None:
+        if utt == "u7":
+            time.sleep(1.5)  # stands for a worker stuck in a read
+
+    monkeypatch.setattr(prefetch, "STALL_REPORT_S", 0.3)
+    source = _tiny_source(on_read=stall)
+    with BucketBatches(
+        source, max_frames=1000, max_batch=1, shuffle=False, prefetch=2, loader="process"
+    ) as batches:
+        got = [b.utts[0] for b in batches.epoch(0)]
+    assert got == [f"u{k}" for k in range(9, -1, -1)]  # the slow batch still came, in order
+    warned = [r.getMessage() for r in caplog.records if "has not come from" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("batch 2 of this epoch"), warned
+    err = capfd.readouterr().err
+    assert "in stall" in err and "Current thread" in err, err[-2000:]
+
+
+@pytest.mark.skipif(not can_fork(), reason="worker processes need fork")
 def test_a_reader_pool_reads_one_epoch_at_a_time_and_checks_its_plan() -> None:
     source = _tiny_source()
     # More read-ahead slots than a page of slot headers holds.
