@@ -360,11 +360,30 @@ def load_decoder(
     return _BUILDERS[kind](exp_dir, record, model=model or record.model, device=device)
 
 
-def write_and_score(hyp: Mapping[str, str], data_dir: str | Path, out_dir: str | Path) -> str | None:
+def write_and_score(
+    hyp: Mapping[str, str],
+    data_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    word_times: Mapping[str, Sequence[tuple[str, float, float]] | None] | None = None,
+) -> str | None:
     """``out_dir/hyp`` and, when ``data_dir`` has a ``text``, ``out_dir/scoring/``; returns
-    the Kaldi ``%WER`` line (or None)."""
+    the Kaldi ``%WER`` line (or None). ``word_times`` (utterance -> ``(word, start s,
+    duration s)``, None where it has none) are written as ``out_dir/ctm`` (per utterance,
+    Kaldi's ``utt 1 start dur word``) and place the words for NIST scoring."""
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     write_kaldi_map(out_dir / "hyp", dict(hyp))
+    if word_times is not None:
+        from asrkit.data.io import atomic_write
+
+        atomic_write(
+            out_dir / "ctm",
+            "".join(
+                f"{utt} 1 {start:.2f} {dur:.2f} {word}\n"
+                for utt, times in word_times.items()
+                for word, start, dur in times or ()
+            ),
+        )
     if not (data_dir / "text").is_file():
         return None
     # A data dir's spk2group (e.g. speechocean762's child/teen/adult) adds a per_group table.
@@ -376,7 +395,7 @@ def write_and_score(hyp: Mapping[str, str], data_dir: str | Path, out_dir: str |
         spk2group=groups if groups.is_file() else None,
     ).words.kaldi_line()
     if (data_dir / "stm").is_file():
-        score_nist(data_dir, out_dir)
+        score_nist(data_dir, out_dir, word_times=word_times)
     return line
 
 
@@ -384,10 +403,17 @@ def write_and_score(hyp: Mapping[str, str], data_dir: str | Path, out_dir: str |
 STM_SUBSETS = "stm_subsets"
 
 
-def score_nist(data_dir: Path, out_dir: Path) -> None:
+def score_nist(
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    word_times: Mapping[str, Sequence[tuple[str, float, float]] | None] | None = None,
+) -> None:
     """A data dir with an ``stm`` (and a ``glm``) is also scored as NIST's hubscr.pl does:
-    ``out_dir/hyp``'s words spread over each utterance's segment, through the GLM, against
-    the STM, overall and per subset (``stm_subsets``); ``out_dir/scoring_nist/``."""
+    ``out_dir/hyp``'s words placed in time (``word_times``, from the segment's start; an
+    utterance without them has its words spread over its segment), through the GLM,
+    against the STM, overall and per subset (``stm_subsets``); ``out_dir/scoring_nist/``
+    (with the reco-level ``hyp.ctm`` NIST's own tools read)."""
     from asrkit.data.io import atomic_write
     from asrkit.scoring.glm import read_glm
     from asrkit.scoring.nist import (
@@ -414,12 +440,14 @@ def score_nist(data_dir: Path, out_dir: Path) -> None:
         specs = ["=".join(parts[:2]) for parts in lines if len(parts) >= 2]
     subsets = parse_subsets(specs)
     words = words_from_text(
-        out_dir / "hyp", data_dir / "segments", reco2file_and_channel=r2fc if r2fc.is_file() else None
+        out_dir / "hyp",
+        data_dir / "segments",
+        reco2file_and_channel=r2fc if r2fc.is_file() else None,
+        times=word_times,
     )
     result = score_stm(read_stm(data_dir / "stm"), words, glm=read_glm(glm) if glm.is_file() else None)
     write_nist_dir(result, out_dir / "scoring_nist", subsets)
-    # The hypotheses as a CTM, for NIST's own tools (hubscr.pl, sclite); word times spread
-    # evenly over each utterance's segment (the HCLG decoders give no word times yet).
+    # The hypotheses as a CTM, for NIST's own tools (hubscr.pl, sclite).
     atomic_write(out_dir / "scoring_nist" / "hyp.ctm", ctm_text(words))
     for text in report(result, subsets).splitlines():
         log.info("%s: NIST scoring (stm%s): %s", out_dir, " + glm" if glm.is_file() else "", text)

@@ -23,6 +23,7 @@ from asrkit.progress import Progress
 if TYPE_CHECKING:
     from asrkit.decoding.recognizer import Recognizer
     from asrkit.decoding.wfst import WfstDecoder
+    from asrkit.decoding.word_align import WordAligner
     from asrkit.gmm.config import GmmConfig
     from asrkit.gmm.nnet_input import SpeakerAdapter
     from asrkit.gmm.train import GmmSystem
@@ -120,6 +121,23 @@ class HclgDecoder(Decoder):
         prepared.seconds += time.monotonic() - began
         return out
 
+    def _word_aligner(self) -> WordAligner | None:
+        """The aligner of this decoder's system, or None when it cannot have one."""
+        return None
+
+    @property
+    def has_word_times(self) -> bool:
+        return self._word_aligner() is not None
+
+    def word_times(self, prepared: Prepared, utt: str, text: str) -> list[tuple[str, float, float]] | None:
+        """``(word, start s, duration s)`` of ``text`` (a hypothesis of ``utt``): the words'
+        training graph aligned to the decoder's own scores (:mod:`~asrkit.decoding.word_align`)."""
+        aligner = self._word_aligner()
+        if aligner is None:
+            return super().word_times(prepared, utt, text)
+        aligner.frame_shift = float(prepared.extra.get("frame_shift", aligner.frame_shift))
+        return aligner.word_times(prepared.scores[utt], text, utt=utt)
+
     def _settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {
             "graph": str(self.graph.resolve()),
@@ -173,6 +191,17 @@ class GmmDecoder(HclgDecoder):
         self.adaptation = Adaptation.read(Path(system_dir), system.lang) if system_dir is not None else None
         self.first_pass = (float(first_pass[0]), float(first_pass[1]))
         self.adapt = adapt or GmmConfig()
+        self._aligner: WordAligner | None = None
+
+    def _word_aligner(self) -> WordAligner | None:
+        if self._aligner is None:
+            from asrkit.decoding.word_align import WordAligner
+
+            system = self.system
+            self._aligner = WordAligner(
+                system.lang, system.ctx_dep, system.trans_model, acoustic_scale=self.search.acoustic_scale
+            )
+        return self._aligner
 
     @property
     def label(self) -> str:
@@ -231,6 +260,8 @@ class GmmDecoder(HclgDecoder):
         with Progress(self.progress_label("acoustic scores", name), total=len(feats.utt_ids)) as p:
             scores = {utt: self.system.log_likelihoods(feats(utt)) for utt in p.each(feats.utt_ids)}
         frames = sum(s.shape[0] for s in scores.values())
+        if (gmm_data / "frame_shift").is_file():
+            extra["frame_shift"] = float((gmm_data / "frame_shift").read_text())
         return Prepared(scores, frames=frames, seconds=time.monotonic() - began, extra=extra, name=name)
 
     def prepare_audio(self, samples: np.ndarray, rate: int, *, utt: str, where: str) -> Prepared:
@@ -269,11 +300,28 @@ class HybridDecoder(HclgDecoder):
         graph: str | Path,
         transitions: str | Path,
         adapter: SpeakerAdapter | None = None,
+        lang: str | Path | None = None,
         nj: int = 1,
     ) -> None:
         super().__init__(search, grid, graph=graph, transitions=transitions, nj=nj)
         self.recognizer, self.scorer, self.counts = recognizer, scorer, Path(counts)
         self.adapter = adapter
+        self.lang = Path(lang) if lang is not None else None
+        self._aligner: WordAligner | None = None
+
+    def _word_aligner(self) -> WordAligner | None:
+        """From the lang dir and the tree beside ``transitions`` (an alignment or system
+        dir's); None for a record made before decoders kept their lang."""
+        if self._aligner is None and self.lang is not None:
+            from asrkit.decoding.word_align import WordAligner
+
+            self._aligner = WordAligner.from_dirs(
+                self.lang,
+                self.transitions.parent,
+                acoustic_scale=self.search.acoustic_scale,
+                frame_shift=self.recognizer.features.frame_shift_ms / 1000.0,
+            )
+        return self._aligner
 
     @property
     def sample_rate(self) -> int:
@@ -327,6 +375,8 @@ class HybridDecoder(HclgDecoder):
             prior_floor=self.scorer.prior_floor,
             prior_scale=self.scorer.prior_scale,
         )
+        if self.lang is not None:
+            settings["lang"] = str(self.lang.resolve())
         if self.adapter is not None:
             settings["fmllr_system"] = str(self.adapter.system_dir.resolve())
             if self.adapter.ivectors is not None:
@@ -388,6 +438,7 @@ def _hybrid_from_record(exp_dir: Path, record: DecodingRecord, *, model: str, de
         graph=here(s["graph"]),
         transitions=transitions,
         adapter=adapter,
+        lang=here(s["lang"]) if "lang" in s else None,
     )
 
 

@@ -123,19 +123,31 @@ class GraphCompiler:
     the current model at each alignment (as ``gmm-align-compiled`` does)."""
 
     def __init__(self, system: GmmSystem) -> None:
-        self.lang = system.lang
-        lexicon = system.lang.lexicon_fst()
+        self._build(system.lang, system.ctx_dep, system.trans_model)
+
+    @classmethod
+    def from_parts(
+        cls, lang: Lang, ctx_dep: khg.ContextDependency, trans_model: khg.TransitionModel
+    ) -> GraphCompiler:
+        """A compiler for a system known by its parts (no GMMs: a hybrid's alignment model)."""
+        compiler = cls.__new__(cls)
+        compiler._build(lang, ctx_dep, trans_model)
+        return compiler
+
+    def _build(self, lang: Lang, ctx_dep: khg.ContextDependency, trans_model: khg.TransitionModel) -> None:
+        # Kaldi's compiler keeps references to its arguments: so does this object.
+        self.lang, self._parts = lang, (ctx_dep, trans_model)
+        lexicon = lang.lexicon_fst()
         kaldifst.arcsort(lexicon, sort_type="olabel")
         opts = khg.TrainingGraphCompilerOptions(transition_scale=0.0, self_loop_scale=0.0, reorder=True)
-        self._compiler = khg.TrainingGraphCompiler(
-            system.trans_model, system.ctx_dep, lexicon, system.lang.disambig, opts
-        )
+        self._compiler = khg.TrainingGraphCompiler(trans_model, ctx_dep, lexicon, lang.disambig, opts)
 
     def compile(
-        self, texts: Mapping[str, str], *, where: str, unknown_ok: bool = False
+        self, texts: Mapping[str, str], *, where: str, unknown_ok: bool = False, quiet: bool = False
     ) -> dict[str, kaldifst.StdVectorFst]:
         """Graphs of ``texts``; a word the lexicon lacks is an error, or with ``unknown_ok``
-        (sets aligned, not trained on) the lang's unknown word."""
+        (sets aligned, not trained on) the lang's unknown word (noted in the log unless
+        ``quiet``)."""
         graphs = {}
         unknown = 0
         for utt, text in texts.items():
@@ -145,7 +157,7 @@ class GraphCompiler:
             if graph.num_states == 0:
                 raise DataError(f"{where}: utterance {utt}: its training graph is empty; check its words")
             graphs[utt] = graph
-        if unknown:
+        if unknown and not quiet:
             log.info("%s: %d word(s) not in the lexicon aligned as %s", where, unknown, self.lang.oov)
         return graphs
 

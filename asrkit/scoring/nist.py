@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -516,11 +516,17 @@ def score_stm(
 
 
 def words_from_text(
-    text: str | Path, segments: str | Path, *, reco2file_and_channel: str | Path | None = None
+    text: str | Path,
+    segments: str | Path,
+    *,
+    reco2file_and_channel: str | Path | None = None,
+    times: Mapping[str, Sequence[tuple[str, float, float]] | None] | None = None,
 ) -> list[HypWord]:
-    """CTM-like words from a Kaldi ``text`` of segmented utterances: each utterance's words
-    spread evenly over its segment (``segments``: ``utt reco start end``), so each lands in
-    the STM segment its utterance overlaps most. A recording is a file and channel through
+    """CTM words from a Kaldi ``text`` of segmented utterances (``segments``: ``utt reco
+    start end``). An utterance with ``times`` (``(word, start s, duration s)`` from the
+    utterance's start, a decoder's alignment: Kaldi's ``utils/convert_ctm.pl``) has its
+    words there; one without has them spread evenly over its segment, so each lands in the
+    STM segment its utterance overlaps most. A recording is a file and channel through
     ``reco2file_and_channel`` (``reco file channel``, Kaldi's), else ``reco`` and ``1``.
 
     Raises:
@@ -551,6 +557,10 @@ def words_from_text(
         parts = spans[utt].split()
         reco, start, end = parts[0], float(parts[1]), float(parts[2])
         file, channel = sides.get(reco, (reco, "1"))
+        timed = (times or {}).get(utt)
+        if timed is not None and [w for w, _, _ in timed] == utt_words:
+            words += [HypWord(file, channel, start + at, dur, w) for w, at, dur in timed]
+            continue
         step = (end - start) / max(len(utt_words), 1)
         for k, word in enumerate(utt_words):
             words.append(HypWord(file, channel, start + k * step, step, word))

@@ -152,7 +152,12 @@ def tune_and_decode(
         else:
             hyp = decoder.hypotheses(scores(name, data_dir), [best])[best]
         folder = out_dir(name)
-        line = write_and_score(hyp, data_dir, folder)
+        times = None
+        if (Path(data_dir) / "stm").is_file() and decoder.has_word_times:
+            # NIST scoring places the words by their times (a CTM): from the decoder's alignment.
+            prepared_set = scores(name, data_dir)
+            times = {utt: decoder.word_times(prepared_set, utt, text) for utt, text in hyp.items()}
+        line = write_and_score(hyp, data_dir, folder, word_times=times)
         setting = decoder.setting(best)
         if setting is not None:
             atomic_write(folder / "setting", setting + "\n")

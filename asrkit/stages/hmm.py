@@ -376,6 +376,7 @@ def hybrid_decode(ctx: StageContext) -> None:
         graph=graph_dir,
         transitions=Path(source) / "final.mdl",
         adapter=adapter,
+        lang=gmm_dir(ctx) / "lang",
         nj=ctx.cfg.wfst.nj,
     )
     prepared: dict[str, Prepared] = {}

@@ -71,6 +71,28 @@ def test_swbd_recipe_on_a_synthetic_ldc_layout(tmp_path: Path) -> None:
     for subset in ("eval2000:all", "eval2000:swbd", "eval2000:callhm"):
         systems = {" ".join(r[2:4]) if r[2] == "gmm" else r[2] for r in rows if r[1] == subset}
         assert {"gmm mono", "gmm tri3", "hybrid"} <= systems, (subset, table.stdout)
+    # Word times come from each decoder's alignment (Kaldi's get_ctm.sh), not an even spread
+    # over the segment: per utterance, the ctm spells the hyp, in order, inside the segment.
+    segments = {ln.split()[0]: ln.split()[1:] for ln in (data / "segments").read_text().splitlines()}
+    for decode in (exp / "gmm" / "tri3" / "decode_eval2000", exp / "decode_hybrid_eval2000"):
+        hyp = {ln.split()[0]: ln.split()[1:] for ln in (decode / "hyp").read_text().splitlines()}
+        timed: dict[str, list[tuple[float, float, str]]] = {}
+        for ln in (decode / "ctm").read_text().splitlines():
+            utt, _, start, dur, word = ln.split()
+            timed.setdefault(utt, []).append((float(start), float(dur), word))
+        assert timed and all([w for _, _, w in timed[u]] == hyp[u] for u in timed), decode
+        assert {u for u, words in hyp.items() if words} == set(timed), decode
+        gaps = set()
+        for utt, words in timed.items():
+            length = float(segments[utt][2]) - float(segments[utt][1])
+            assert all(0 <= a and d > 0 and a + d <= length + 0.011 for a, d, _ in words), (utt, words)
+            assert all(
+                a1 + d1 <= a2 + 1e-6 for (a1, d1, _), (a2, _, _) in zip(words, words[1:], strict=False)
+            ), words
+            gaps.add(round(words[0][0], 2))
+        # The tri3 system starts each utterance's first word where its speech does (the tiny
+        # one-epoch hybrid is degenerate here: one word over the whole segment).
+        assert len(gaps) > 1 or "hybrid" in decode.name, gaps
     # The tri3 (SAT) decode's NIST scores equal csrfilt.sh + sclite's on the stage's own CTM.
     scoring = exp / "gmm" / "tri3" / "decode_eval2000" / "scoring_nist"
     lines = (scoring / "wer").read_text().splitlines()
