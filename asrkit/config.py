@@ -369,6 +369,8 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "align.ivector_gauss": 256,
     # More corpus locations, for a corpus in several distributions (Switchboard, 2026-11-29).
     "data.corpus_dirs": {},
+    # Stage 5 may decode the last GMM system only (2026-11-29).
+    "wfst.gmm_systems": "all",
 }
 
 

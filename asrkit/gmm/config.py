@@ -17,6 +17,10 @@ TRI_KINDS = ("deltas", "lda_mllt", "sat")
 MONO_REALIGN = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20, 23, 26, 29, 32, 35, 38]
 
 
+#: ``wfst.gmm_systems``'s values.
+GMM_SYSTEMS = ("all", "last")
+
+
 @dataclass
 class GmmConfig:
     """The ``gmm`` settings: the GMM-HMM systems of a hybrid experiment.
@@ -144,6 +148,10 @@ class WfstConfig:
             ``words.txt``); empty: the last GMM system's (``gmm/<system>/graph``). A Kaldi
             graph dir (``exp/tri3/graph``) works too, for a model trained on that system's
             alignments (``align.train=exp/tri3_ali``).
+        gmm_systems: the GMM systems stage 5 builds a graph for and decodes: ``all``
+            (Kaldi's ``run.sh``: every rung of the ladder scored) or ``last`` (only the one
+            the BLSTM decodes through, a SAT system's two passes included), which saves the
+            earlier systems' graphs and lattice searches.
     """
 
     beam: float = 13.0
@@ -162,9 +170,15 @@ class WfstConfig:
     nj: int = 2
     first_pass: list[float] = field(default_factory=lambda: [12.0, 0.0])
     graph: str = ""
+    gmm_systems: str = "all"
 
     def check(self) -> None:
         problems = []
+        if self.gmm_systems not in GMM_SYSTEMS:
+            problems.append(
+                f"wfst.gmm_systems={self.gmm_systems!r}: one of {', '.join(GMM_SYSTEMS)} (decode every "
+                "GMM system, or the last one only)"
+            )
         if self.beam <= 0 or self.lattice_beam <= 0 or self.max_active < 1:
             problems.append("wfst.beam, wfst.lattice_beam and wfst.max_active must be positive")
         if not self.lm_weights or any(w <= 0 for w in self.lm_weights):

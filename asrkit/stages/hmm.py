@@ -208,10 +208,16 @@ def _decode_dir(system_dir: Path, name: str) -> Path:
     return system_dir / f"decode_{name}"
 
 
+def decoded_systems(ctx: StageContext) -> list[str]:
+    """The GMM systems stage 5 decodes (``wfst.gmm_systems``): all, or the last only."""
+    names = system_names(ctx)
+    return names if ctx.cfg.wfst.gmm_systems == "all" else names[-1:]
+
+
 def _gmm_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     return [
         (system, gmm_dir(ctx) / system / f"decode_{name}", name)
-        for system in system_names(ctx)
+        for system in decoded_systems(ctx)
         for name, _ in decode_targets(ctx)
     ]
 
@@ -219,15 +225,16 @@ def _gmm_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
 @stage(
     5,
     "gmm_decode",
-    "HCLG for each GMM system with the stage-3 LM, dev decoded at every wfst.lm_weights x "
-    "wfst.word_penalties, test at the best; gmm/<system>/decode_<set>/",
+    "HCLG for each GMM system (wfst.gmm_systems=last: the last only) with the stage-3 LM, dev "
+    "decoded at every wfst.lm_weights x wfst.word_penalties, test at the best; "
+    "gmm/<system>/decode_<set>/",
     uses=("wfst", "decode", "lm"),
     needs=(3, 4),
     pipelines=("hybrid",),
     on_skip=lambda ctx: show_decoded(_gmm_folders(ctx)),
     outputs=lambda ctx: [
         *(folder / "hyp" for _, folder, _ in _gmm_folders(ctx)),
-        *(gmm_dir(ctx) / name / "graph" / "HCLG.fst" for name in system_names(ctx)),
+        *(gmm_dir(ctx) / name / "graph" / "HCLG.fst" for name in decoded_systems(ctx)),
     ],
 )
 def gmm_decode(ctx: StageContext) -> None:
@@ -244,7 +251,7 @@ def gmm_decode(ctx: StageContext) -> None:
     began = time.monotonic()
     grammar = make_g(_lm(ctx), lang)
     timings["G"] = round(time.monotonic() - began, 2)
-    for system_name in system_names(ctx):
+    for system_name in decoded_systems(ctx):
         began = time.monotonic()
         system = GmmSystem.load(root / system_name, lang)
         graph = make_graph(

@@ -262,6 +262,28 @@ def test_graphs_and_decodes_score_real_speech(hybrid: Hybrid) -> None:
     assert counts.sum() == sum(int(n) for n in frames.values())
 
 
+def test_gmm_systems_last_decodes_only_the_system_the_blstm_uses(hybrid: Hybrid, tmp_path: Path) -> None:
+    """``wfst.gmm_systems=last``: stage 5 builds and decodes tri1 only (no mono graph, no
+    mono decodes), with the same tri1 results as decoding every system; a rerun skips it."""
+    exp = tmp_path / "exp"
+    shutil.copytree(hybrid.exp, exp)
+    for done in [*exp.glob("gmm/*/graph"), *exp.glob("gmm/*/decode_*")]:
+        shutil.rmtree(done)
+    args = _args(hybrid.root, "wfst.gmm_systems=last", exp=exp)
+    result = run_cli(*_stages(5, 5, *args))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (exp / "gmm" / "mono" / "graph").exists() and not list(exp.glob("gmm/mono/decode_*"))
+    assert (exp / "gmm" / "tri1" / "graph" / "HCLG.fst").is_file()
+    for name in ("train_dev", "test"):
+        ours, theirs = (root / "gmm" / "tri1" / f"decode_{name}" for root in (exp, hybrid.exp))
+        assert (ours / "hyp").read_text() == (theirs / "hyp").read_text(), name
+        assert (ours / "scoring" / "wer").read_text() == (theirs / "scoring" / "wer").read_text(), name
+    assert "(mono, " not in result.stdout and "train_dev (tri1, " in result.stdout
+    again = run_cli(*_stages(5, 5, *args))
+    assert again.returncode == 0 and "train_dev (mono, " not in again.stdout, again.stderr[-3000:]
+    assert "stage 5 (gmm_decode): already done with these settings" in again.stderr, again.stderr[-3000:]
+
+
 def test_stage_records_and_a_rerun_skips_every_stage(hybrid: Hybrid) -> None:
     records = [hybrid.data / ".stages" / "2-features.json"]
     records += [hybrid.exp / ".stages" / f"{n}-{name}.json" for n, name in STAGES.items() if n > 2]
