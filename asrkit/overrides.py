@@ -250,9 +250,10 @@ def _key_problems(
             if above is not None and above.is_open:
                 return []  # a key inside a dict setting (data.import_dirs.train)
         leaves = [k for k, s in settings.items() if not s.is_section]
-        fix = suggestion(key, leaves)
-        if not fix and "." not in key:
-            fix = suggestion(key, groups)
+        # A word without a dot is first a misspelt group or top-level setting (modle=tiny:
+        # model), then a key's last part (lr: optim.lr).
+        fix = suggestion(key, [*groups, *(k for k in leaves if "." not in k)]) if "." not in key else ""
+        fix = fix or suggestion(key, leaves)
         added = f" ({plus} adds no setting asrkit reads)" if plus else ""
         return [f"unknown setting '{key}'{added}{fix} (`asrkit run --cfg` prints every setting)"]
     if override.is_delete():

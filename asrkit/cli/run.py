@@ -12,7 +12,7 @@ from asrkit.distributed.config import STRATEGIES
 from asrkit.errors import UserError
 from asrkit.overrides import config_groups, experiment_summaries
 from asrkit.stages import run_stages
-from asrkit.stages.registry import describe_stages
+from asrkit.stages.registry import PIPELINES, describe_stages
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,7 +62,13 @@ def help_text(parser: argparse.ArgumentParser, overrides: list[str], config_dir:
     try:
         pipeline = str(compose(overrides, config_dir=config_dir).pipeline)
     except UserError as err:
-        note = f"\n(the settings given do not compose: {err}; showing the default pipeline)\n"
+        # Settings that do not compose as a whole (pipeline=hybrid without objective=ce)
+        # still say which pipeline they are about.
+        named = [o.split("=", 1)[1] for o in overrides if o.lstrip("+~").startswith("pipeline=")]
+        if named and named[-1] in PIPELINES:
+            pipeline = named[-1]
+        shown = "the pipeline given" if named and named[-1] in PIPELINES else "the default pipeline"
+        note = f"\n(the settings given do not compose: {err}; showing {shown})\n"
     groups = config_groups(config_dir)
     experiments = experiment_summaries(config_dir)
     width = max(map(len, experiments), default=0)

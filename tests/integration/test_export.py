@@ -4,6 +4,8 @@ the command's words for files and arrays."""
 
 from __future__ import annotations
 
+import datetime
+import re
 import shutil
 from pathlib import Path
 
@@ -40,6 +42,9 @@ def test_export_then_transcribe_and_the_python_api_agree_with_the_experiment(tmp
     wer = (exp / "decode_beam_lm_test" / "scoring" / "wer").read_text().splitlines()[0]
     assert f"| test | `{wer}` |" in card and "Trained by: `" in card and "model=tiny" in card
     assert "CMU BSD-style" in card and "commit" in card
+    # The units, the corpus and the date of the export.
+    assert re.search(r"output: \d+ \w+ units \(CTC\)", card) and "Trained on: an4 (" in card, card
+    assert f"exported {datetime.date.today().isoformat()} from" in card
 
     shutil.move(exp, tmp_path / "gone")  # the export must not lean on the experiment
     again = run_cli("transcribe", str(out), *paths)

@@ -8,9 +8,12 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile
 
 from tests.helpers import SHARED_AN4, run_cli
+
+pytestmark = pytest.mark.skipif(not SHARED_AN4.is_dir(), reason=f"AN4 corpus not at {SHARED_AN4}")
 
 
 def _folder(root: Path, count: int = 60) -> Path:

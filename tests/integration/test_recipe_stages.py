@@ -188,6 +188,8 @@ def test_transcribe_reports_a_bad_file_and_goes_on(tmp_path: Path) -> None:
     assert len(texts) == 2 and texts[0] == texts[1], out.stdout
     assert f"asrkit: warning: {stereo}: 2 channels; transcribing the first" in out.stderr
     assert f"asrkit: error: {tmp_path}: is a directory, not an audio file; give its files" in out.stderr
+    # transcribe has no wav.scp to pick a channel in, and the folder exists.
+    assert "wav.scp" not in out.stderr and "not found" not in out.stderr, out.stderr
 
     # A long file goes through the model piece by piece (memory bounded by a piece): the
     # pieces' outputs join into as many frames as one pass gives.
