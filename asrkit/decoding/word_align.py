@@ -160,27 +160,26 @@ class WordAligner:
         """``(word, start s, duration s)`` of ``text``'s words in the scores ``loglikes``
         ``(T, pdfs)``, or None when the words cannot be aligned to them (too few frames)."""
         import kaldi_hmm_gmm as khg
-        import kaldifst
+
+        from asrkit.gmm.train import align_compiled
 
         words = text.split()
         if not words:
             return []
-        graph = kaldifst.StdVectorFst(
-            self.compiler.compile({utt: text}, where="word times", unknown_ok=True, quiet=True)[utt]
-        )
-        khg.add_transition_probs(
-            trans_model=self.trans_model,
-            disambig_syms=[],
-            transition_scale=self.transition_scale,
-            self_loop_scale=self.self_loop_scale,
-            fst=graph,
-        )
+        graph = self.compiler.compile({utt: text}, where="word times", unknown_ok=True, quiet=True)[utt]
         scores = np.ascontiguousarray(
             (self.acoustic_scale * np.asarray(loglikes, np.float32))[:, self.tid2pdf[1:]]
         )
-        config = khg.AlignConfig(beam=self.beam, retry_beam=self.retry_beam, careful=False)
-        done, *_, ali, _ = khg.align_utterance_wrapper(
-            config, utt, self.acoustic_scale, graph, khg.DecodableCtc(scores), 0, 0, 0, 0.0, 0
+        done, _, _, _, ali = align_compiled(
+            graph,
+            self.trans_model,
+            khg.DecodableCtc(scores),
+            utt=utt,
+            beam=self.beam,
+            retry_beam=self.retry_beam,
+            acoustic_scale=self.acoustic_scale,
+            transition_scale=self.transition_scale,
+            self_loop_scale=self.self_loop_scale,
         )
         if not done or len(ali) != len(scores):
             return None

@@ -179,33 +179,62 @@ class AlignResult:
 _PASS: dict[str, object] = {}
 
 
+def align_compiled(
+    graph: kaldifst.StdVectorFst,
+    trans_model: khg.TransitionModel,
+    decodable: khg.DecodableInterface,
+    *,
+    utt: str,
+    beam: float,
+    retry_beam: float,
+    acoustic_scale: float,
+    transition_scale: float,
+    self_loop_scale: float,
+) -> tuple[bool, int, float, int, list[int]]:
+    """Kaldi's ``gmm-align-compiled`` for one utterance: a copy of its training ``graph``
+    with the HMMs' transition probabilities added, Viterbi-aligned to ``decodable``.
+    Returns (aligned, retried, log-likelihood, frames, transition-id alignment)."""
+    graph = kaldifst.StdVectorFst(graph)
+    khg.add_transition_probs(
+        trans_model=trans_model,
+        disambig_syms=[],
+        transition_scale=transition_scale,
+        self_loop_scale=self_loop_scale,
+        fst=graph,
+    )
+    config = khg.AlignConfig(beam=beam, retry_beam=retry_beam, careful=False)
+    done, _, retry, tot, nframes, ali, _ = khg.align_utterance_wrapper(
+        config, utt, acoustic_scale, graph, decodable, 0, 0, 0, 0.0, 0
+    )
+    return bool(done), int(retry), float(tot), int(nframes), list(ali)
+
+
 def _align_chunk(utts: list[str]) -> tuple[dict[str, list[int]], list[str], int, float, int]:
     system: GmmSystem = _PASS["system"]  # type: ignore[assignment]
     feats: GmmFeatures = _PASS["feats"]  # type: ignore[assignment]
     graphs: dict[str, kaldifst.StdVectorFst] = _PASS["graphs"]  # type: ignore[assignment]
     cfg: GmmConfig = _PASS["cfg"]  # type: ignore[assignment]
     am: khg.AmDiagGmm = _PASS["am"]
-    config = khg.AlignConfig(beam=cfg.beam, retry_beam=cfg.retry_beam, careful=False)
     out: dict[str, list[int]] = {}
     failed: list[str] = []
     retried, like, frames = 0, 0.0, 0
     for utt in counted(utts):
-        graph = kaldifst.StdVectorFst(graphs[utt])
-        khg.add_transition_probs(
-            trans_model=system.trans_model,
-            disambig_syms=[],
-            transition_scale=cfg.transition_scale,
-            self_loop_scale=cfg.self_loop_scale,
-            fst=graph,
-        )
         x = feats(utt)
         decodable = khg.DecodableAmDiagGmmScaled(am, system.trans_model, x, cfg.acoustic_scale)
-        done, err, retry, tot, nframes, ali, _ = khg.align_utterance_wrapper(
-            config, utt, cfg.acoustic_scale, graph, decodable, 0, 0, 0, 0.0, 0
+        done, retry, tot, nframes, ali = align_compiled(
+            graphs[utt],
+            system.trans_model,
+            decodable,
+            utt=utt,
+            beam=cfg.beam,
+            retry_beam=cfg.retry_beam,
+            acoustic_scale=cfg.acoustic_scale,
+            transition_scale=cfg.transition_scale,
+            self_loop_scale=cfg.self_loop_scale,
         )
         retried += retry
         if done and len(ali) == x.shape[0]:
-            out[utt] = list(ali)
+            out[utt] = ali
             like += tot
             frames += nframes
         else:
