@@ -7,17 +7,27 @@ A run's dir holds ``run.json`` (what the plan asked: its overrides and learning 
 A run whose training diverged has ``run.json`` (``"diverged": true``) and
 ``diverged.json`` only. ``run.json`` is written last, once the simulation has finished (and, in a plan that
 decodes, ``decode.json`` once the model is decoded: :mod:`asrkit.study.decode`).
+
+``run.json`` also holds the fingerprint of the experiment's files the run trained and
+decoded with (``inputs``: its alignments, its graph; :func:`inputs_fingerprint`). Seen in
+the study: the experiment's GMM stage ran again with newer code between sittings, and
+runs trained on the old alignments still counted as finished beside runs on the new ones
+(the same SYNC run's first dev loss 3.160 against 3.131). A run made on other inputs, or
+before runs recorded theirs, is done again.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from asrkit.errors import DataError
 
-__all__ = ["DIVERGED_FILE", "RUN_FILES", "expected_record", "read_record", "run_state"]
+__all__ = ["DIVERGED_FILE", "RUN_FILES", "expected_record", "inputs_fingerprint", "read_record", "run_state"]
 
 #: The files a finished run has (``learners.json`` is optional: a single learner has none).
 RUN_FILES = ("run.json", "sim.json", "train_summary.json")
@@ -38,14 +48,35 @@ def read_record(path: Path) -> Any:
         raise DataError(f"{path}: damaged ({type(err).__name__}: {err})") from None
 
 
-def expected_record(run: Any, overrides: list[str], lr: float, *, decoded: bool = False) -> dict[str, Any]:
+def inputs_fingerprint(files: Iterable[Path]) -> str:
+    """A short hash of ``files``' names and contents (``.gz`` files decompressed, so a
+    header's time stamp does not count; a missing file counts as missing)."""
+    sha = hashlib.sha256()
+    for path in sorted(Path(f) for f in files):
+        sha.update(str(path).encode() + b"\0")
+        try:
+            data = path.read_bytes()
+            sha.update(gzip.decompress(data) if path.suffix == ".gz" else data)
+        except OSError:
+            sha.update(b"\0missing")
+        except (EOFError, gzip.BadGzipFile):
+            sha.update(b"\0damaged")
+    return sha.hexdigest()[:16]
+
+
+def expected_record(
+    run: Any, overrides: list[str], lr: float, *, decoded: bool = False, inputs: str | None = None
+) -> dict[str, Any]:
     """The ``run.json`` the plan's run makes (plain JSON data); ``decoded``: the run's
-    model is decoded too (its ``decode.json`` belongs to a finished run)."""
+    model is decoded too (its ``decode.json`` belongs to a finished run); ``inputs``: the
+    fingerprint of the experiment's files it uses (:func:`inputs_fingerprint`)."""
     from dataclasses import asdict
 
     record = {**asdict(run), "name": run.name, "overrides": list(overrides), "lr": lr}
     if decoded:
         record["decoded"] = True
+    if inputs is not None:
+        record["inputs"] = inputs
     return json.loads(json.dumps(record))
 
 
@@ -66,6 +97,11 @@ def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
     except DataError as err:
         return "unfinished", str(err)
     theirs = records["run.json"]
+    if "inputs" in expected and isinstance(theirs, dict) and theirs.get("inputs") != expected["inputs"]:
+        return "unfinished", (
+            f"{where / 'run.json'}: made on other inputs than the experiment's files now (its alignments "
+            f"or graph: {theirs.get('inputs', 'not recorded')} there, {expected['inputs']} here)"
+        )
     differs = [k for k in _COMPARED if not isinstance(theirs, dict) or theirs.get(k) != expected.get(k)]
     if differs:
         shown = "; ".join(

@@ -38,7 +38,7 @@ from asrkit.sim.network import Network
 from asrkit.stages.lock import experiment_lock
 from asrkit.study.decode import decode_run
 from asrkit.study.plan import StudyPlan, StudyRun
-from asrkit.study.records import DIVERGED_FILE, expected_record, read_record, run_state
+from asrkit.study.records import DIVERGED_FILE, expected_record, inputs_fingerprint, read_record, run_state
 
 __all__ = ["run_study"]
 
@@ -317,9 +317,37 @@ def _step_cost(plan: StudyPlan, run: StudyRun, out: Path, *, config_dir: str | P
     log.info("study: step cost of %s measured: %s", path.name, cost)
 
 
+def _input_files(cfg: AsrkitConfig, decoded: bool) -> list[Path]:
+    """The experiment's files a run's result depends on besides the audio and its settings:
+    the training and dev alignments (frame targets) or the tokenizer (CTC), and the graph
+    a decoded run goes through."""
+    from asrkit.learner import alignment_source
+
+    exp_dir = Path(cfg.exp_dir)
+    files: list[Path] = []
+    if cfg.objective == "ce":
+        for which in ("train", "dev"):
+            source = Path(alignment_source(cfg, exp_dir, which))
+            files += [*sorted(source.glob("ali.*.gz")), source / "final.mdl", source / "tree"]
+    else:
+        files += sorted((exp_dir / "tokenizer").glob("*"))
+    if decoded:
+        from asrkit.gmm.pipeline import system_names
+
+        graph = exp_dir / "gmm" / system_names(cfg.gmm)[-1] / "graph"
+        files += [graph / "HCLG.fst", graph / "words.txt"]
+    return files
+
+
+@functools.lru_cache(maxsize=64)
+def _fingerprint(files: tuple[Path, ...]) -> str:
+    return inputs_fingerprint(files)
+
+
 def _expected(plan: StudyPlan, run: StudyRun, config_dir: str | Path) -> dict:
-    _, overrides, lr = _run_config(plan, run, config_dir)
-    return expected_record(run, overrides, lr, decoded=plan.decode)
+    cfg, overrides, lr = _run_config(plan, run, config_dir)
+    inputs = _fingerprint(tuple(_input_files(cfg, plan.decode)))
+    return expected_record(run, overrides, lr, decoded=plan.decode, inputs=inputs)
 
 
 def _run_one(
@@ -332,6 +360,7 @@ def _run_one(
     signals: bool = True,
 ) -> None:
     cfg, overrides, lr = _run_config(plan, run, config_dir)
+    expected = _expected(plan, run, config_dir)  # the inputs it starts from
     cost = _cost_file(run, out, cfg)
     dest = out / "runs" / run.name
     log.info("study: %s (%s)", run.name, " ".join(overrides))
@@ -356,7 +385,7 @@ def _run_one(
         decode_run(cfg, dest)
     # Written last, with the step cost's path relative to the study (the dir moves).
     record = {
-        **expected_record(run, overrides, lr, decoded=plan.decode),
+        **expected,
         "step_cost": str(cost.relative_to(out)),
         **({"diverged": True} if diverged else {}),
     }

@@ -159,3 +159,35 @@ def test_a_second_study_run_in_the_same_dir_is_refused(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=str(tmp_path)):
             run_study(_plan(), tmp_path, network=NETWORKS["infiniband"], config_dir=CONF)
     assert not (tmp_path / "plan.json").exists()
+
+
+def test_a_run_made_on_other_inputs_is_done_again(tmp_path: Path) -> None:
+    """Seen in the study: the experiment's GMM stage ran again (newer code, new alignments)
+    and runs trained on the old alignments still counted as finished; and a record from
+    before runs recorded their inputs."""
+    import gzip
+
+    from asrkit.study.records import inputs_fingerprint
+
+    ali = tmp_path / "ali.1.gz"
+    ali.write_bytes(gzip.compress(b"utt1 1 2 3\n", mtime=1))
+    first = inputs_fingerprint([ali, tmp_path / "tree"])
+    ali.write_bytes(gzip.compress(b"utt1 1 2 3\n", mtime=2))  # the same alignments, written again
+    assert inputs_fingerprint([ali, tmp_path / "tree"]) == first
+    ali.write_bytes(gzip.compress(b"utt1 1 2 4\n", mtime=2))
+    assert inputs_fingerprint([ali, tmp_path / "tree"]) != first
+    (tmp_path / "tree").write_bytes(b"x")  # a file that was missing now exists
+    assert len({first, inputs_fingerprint([ali]), inputs_fingerprint([ali, tmp_path / "tree"])}) == 3
+
+    plan = _plan()
+    names = _finish(tmp_path / "study", plan)
+    where = tmp_path / "study" / "runs" / names[0]
+    expected = _expected(plan, plan.runs()[0], CONF)
+    assert expected["inputs"] and run_state(where, expected) == ("finished", "")
+    state, why = run_state(where, {**expected, "inputs": "0123456789abcdef"})
+    assert state == "unfinished" and "made on other inputs" in why and "0123456789abcdef here" in why
+    record = json.loads((where / "run.json").read_text())
+    del record["inputs"]
+    (where / "run.json").write_text(json.dumps(record))
+    state, why = run_state(where, expected)
+    assert state == "unfinished" and "not recorded there" in why
