@@ -50,10 +50,12 @@ def read_record(path: Path) -> Any:
 
 def inputs_fingerprint(files: Iterable[Path]) -> str:
     """A short hash of ``files``' names and contents (``.gz`` files decompressed, so a
-    header's time stamp does not count; a missing file counts as missing)."""
+    header's time stamp does not count; a missing file counts as missing). A file is named
+    by its folder and name only (``ali_train/ali.1.gz``), so a study dir that moves keeps
+    its fingerprints."""
     sha = hashlib.sha256()
     for path in sorted(Path(f) for f in files):
-        sha.update(str(path).encode() + b"\0")
+        sha.update("/".join(path.parts[-2:]).encode() + b"\0")
         try:
             data = path.read_bytes()
             sha.update(gzip.decompress(data) if path.suffix == ".gz" else data)
