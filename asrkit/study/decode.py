@@ -6,7 +6,8 @@ test sets stay out of its choices).
 
 The run dir stands in for the experiment dir (its ``decode_hybrid_<set>/`` go there); the
 graph, the transition model and the alignments the priors come from stay the experiment's.
-``decode.json`` sums it up: each set's WER line and word error rate, and the pair chosen.
+``decode.json`` sums it up: each set's WER line and word error rate, the pair chosen and
+the grid it was chosen from.
 """
 
 from __future__ import annotations
@@ -21,12 +22,20 @@ from asrkit.config import AsrkitConfig
 from asrkit.data.io import atomic_write
 from asrkit.errors import ConfigError, DataError
 
-__all__ = ["DECODE_FILE", "decode_run", "read_wer_line"]
+__all__ = ["DECODE_FILE", "decode_grid", "decode_run", "read_wer_line"]
 
 #: A decoded run's summary, written last by :func:`decode_run`.
 DECODE_FILE = "decode.json"
 
 _WER = re.compile(r"%WER\s+([0-9.]+)\s+\[\s*(\d+)\s*/\s*(\d+)")
+
+
+def decode_grid(cfg: AsrkitConfig) -> dict[str, list[float]]:
+    """The LM weights and word penalties ``cfg``'s decoding sweeps (``decode.json``'s ``grid``)."""
+    return {
+        "lm_weights": [float(w) for w in cfg.wfst.lm_weights],
+        "word_penalties": [float(p) for p in cfg.wfst.word_penalties],
+    }
 
 
 def read_wer_line(line: str) -> tuple[float, int, int]:
@@ -82,6 +91,7 @@ def decode_run(cfg: AsrkitConfig, run_dir: Path) -> dict[str, Any]:
         "graph": str(graph),
         "tuned_on": cfg.decode.tune_set or cfg.data.dev_set,
         "setting": setting,
+        "grid": decode_grid(cfg),
         "sets": sets,
     }
     atomic_write(run_dir / DECODE_FILE, json.dumps(record, indent=2) + "\n")

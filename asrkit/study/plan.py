@@ -116,6 +116,11 @@ class StudyPlan:
     #: Decode every run's final model through the experiment's HCLG (hybrid models):
     #: dev WER with the weights tuned on dev, test WER at those (``decode.json``).
     decode: bool = False
+    #: The LM weights and word insertion penalties the decoding sweeps on dev (empty: the
+    #: experiment's ``wfst.lm_weights`` / ``wfst.word_penalties``). Decoding only: a study
+    #: given a wider grid decodes its finished runs' models again without training them.
+    lm_weights: tuple[float, ...] = ()
+    word_penalties: tuple[float, ...] = ()
 
     @property
     def middle(self) -> int:
@@ -405,6 +410,16 @@ _CONVERGED = {
     "decode": True,
 }
 
+#: The study's decoding grid: the experiment's LM weights (4-24) and penalties (-0.5-1)
+#: put the best pair of most runs on the grid's corner (LM weight 4, penalty -0.5 or 0),
+#: and a weak model's WER was still falling there (ADPSGD's fixed ring at 64 learners:
+#: 59.90% at 4 / -0.5, 62.77% at 4 / 0, 60.91% at 5 / -0.5), so the grid reaches down to
+#: LM weight 1 and penalty -2.
+STUDY_GRID: dict[str, tuple[float, ...]] = {
+    "lm_weights": (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0),
+    "word_penalties": (-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0),
+}
+
 #: Named plans: ``ibm_sgd`` (the study trained to the end: AN4's hybrid model, 12 epochs,
 #: both optimizers, both communication ratios; docs/study.md), ``sgd_sweep`` (its
 #: one-learner learning-rate sweep), the first study's ``ibm`` (16 and 64 learners, global
@@ -421,6 +436,7 @@ PLANS: dict[str, dict] = {
         # lock-step runs keep their best dev-loss epoch, with the decay the last one or next.
         "common": ("optim.fused=true", "train.average_last=1"),
         "optimizers": {"sgd": sgd_recipe(SGD_LR, SGD_DECAY_START, SGD_CLIP), "adam": ADAM_RECIPE},
+        **STUDY_GRID,
     },
     "sgd_sweep": {
         **_CONVERGED,

@@ -67,11 +67,18 @@ def inputs_fingerprint(files: Iterable[Path]) -> str:
 
 
 def expected_record(
-    run: Any, overrides: list[str], lr: float, *, decoded: bool = False, inputs: str | None = None
+    run: Any,
+    overrides: list[str],
+    lr: float,
+    *,
+    decoded: bool = False,
+    inputs: str | None = None,
+    grid: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
     """The ``run.json`` the plan's run makes (plain JSON data); ``decoded``: the run's
     model is decoded too (its ``decode.json`` belongs to a finished run); ``inputs``: the
-    fingerprint of the experiment's files it uses (:func:`inputs_fingerprint`)."""
+    fingerprint of the experiment's files it uses (:func:`inputs_fingerprint`); ``grid``:
+    the LM weights and word penalties its decoding sweeps."""
     from dataclasses import asdict
 
     record = {**asdict(run), "name": run.name, "overrides": list(overrides), "lr": lr}
@@ -79,15 +86,30 @@ def expected_record(
         record["decoded"] = True
     if inputs is not None:
         record["inputs"] = inputs
+    if decoded and grid is not None:
+        record["decode_grid"] = grid
     return json.loads(json.dumps(record))
+
+
+def _default_grid() -> dict[str, list[float]]:
+    """The grid a ``decode.json`` without one was decoded at: ``wfst``'s defaults then."""
+    from asrkit.gmm.config import WfstConfig
+
+    wfst = WfstConfig()
+    return {"lm_weights": list(wfst.lm_weights), "word_penalties": list(wfst.word_penalties)}
 
 
 def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
     """``("finished", "")``, ``("unfinished", why)`` (absent or damaged records: run it
-    again) or ``("other", what differs)`` (a finished run made with other settings)."""
+    again), ``("redecode", why)`` (trained as the plan asks, decoded at another grid of LM
+    weights and word penalties: decode its model again) or ``("other", what differs)`` (a
+    finished run made with other settings)."""
     if not (where / "run.json").is_file():
         return "unfinished", "" if not where.exists() else f"{where / 'run.json'}: missing"
     needed: tuple[str, ...] = (*RUN_FILES, "decode.json") if expected.get("decoded") else RUN_FILES
+    if "decode.json" in needed and not (where / "decode.json").exists() and (where / "model.pt").is_file():
+        # Trained, its decoding stopped (or the plan's grid changed) half-way: decode it.
+        needed = RUN_FILES
     try:
         first = read_record(where / "run.json")
         if isinstance(first, dict) and first.get("diverged"):
@@ -111,4 +133,11 @@ def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
             for k in differs
         )
         return "other", shown
+    if expected.get("decoded") and "decode.json" not in records and not theirs.get("diverged"):
+        return "redecode", f"{where / 'decode.json'}: missing"
+    if "decode_grid" in expected and "decode.json" in records:
+        decoded = records["decode.json"]
+        grid = decoded.get("grid", _default_grid()) if isinstance(decoded, dict) else None
+        if grid != expected["decode_grid"]:
+            return "redecode", f"{where / 'decode.json'}: decoded at another LM weight x word penalty grid"
     return "finished", ""

@@ -20,7 +20,7 @@ import logging
 import multiprocessing
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Set
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -36,7 +36,7 @@ from asrkit.sim.calibrate import learner_batch_caps, load_or_measure
 from asrkit.sim.experiment import simulate_experiment
 from asrkit.sim.network import Network
 from asrkit.stages.lock import experiment_lock
-from asrkit.study.decode import decode_run
+from asrkit.study.decode import decode_grid, decode_run
 from asrkit.study.plan import StudyPlan, StudyRun
 from asrkit.study.records import DIVERGED_FILE, expected_record, inputs_fingerprint, read_record, run_state
 
@@ -86,9 +86,17 @@ def _run_study(
         _check_same_settings(out, before, settings)
     # Every run's own record is compared with what this plan asks of it (plan.json may be
     # gone, or older): nothing is written before they all agree.
-    pending = []
+    pending: list[StudyRun] = []
+    redecode: set[str] = set()  # trained as the plan asks, decoded at another grid
     for run in runs:
         state, why = run_state(out / "runs" / run.name, _expected(plan, run, config_dir))
+        if state == "redecode":
+            if (out / "runs" / run.name / "model.pt").is_file():
+                log.warning("study: %s; its model is decoded again (not trained)", why)
+                redecode.add(run.name)
+                pending.append(run)
+                continue
+            state, why = "unfinished", f"{why}, and its model.pt is not here"
         if state == "other":
             raise ConfigError(
                 f"{out / 'runs' / run.name / 'run.json'}: a finished run made with other settings "
@@ -103,22 +111,27 @@ def _run_study(
     if before is not None:  # a plan that chooses other runs adds them; the study's stay listed, in order
         known = {r.get("name") for r in before.get("runs", [])}
         listing = [*before.get("runs", []), *(r for r in listing if r["name"] not in known)]
-        settings = {**settings, "plan": before.get("plan", settings["plan"])}
+        # The decoding grid is the plan's now: runs decoded at another are decoded again.
+        grid = {k: settings["plan"][k] for k in ("lm_weights", "word_penalties")}
+        settings = {**settings, "plan": {**before.get("plan", settings["plan"]), **grid}}
     record = json.dumps({**settings, "runs": listing}, indent=2)
     if before is None or json.loads(record) != before:
         atomic_write(out / "plan.json", record)
     counts = {"finished_before": len(runs) - len(pending), "run_now": 0, "left": len(pending)}
     log.info(
-        "study %s: %d runs, %d finished before, %d to run",
+        "study %s: %d runs, %d finished before, %d to run (%d of them to decode again only)",
         out,
         len(runs),
         counts["finished_before"],
         len(pending),
+        len(redecode),
     )
     todo = pending[:max_runs]
     with _one_thread(), _sitting(out, jobs, counts):
         began = time.monotonic()
-        for name in _simulate_all(plan, todo, out, network=network, jobs=jobs, config_dir=config_dir):
+        for name in _simulate_all(
+            plan, todo, out, network=network, jobs=jobs, config_dir=config_dir, redecode=redecode
+        ):
             counts["run_now"] += 1
             counts["left"] -= 1
             each = (time.monotonic() - began) / counts["run_now"]
@@ -217,12 +230,22 @@ def _one_thread() -> Iterator[None]:
 
 
 def _simulate_all(
-    plan: StudyPlan, runs: list[StudyRun], out: Path, *, network: Network, jobs: int, config_dir: str | Path
+    plan: StudyPlan,
+    runs: list[StudyRun],
+    out: Path,
+    *,
+    network: Network,
+    jobs: int,
+    config_dir: str | Path,
+    redecode: Set[str] = frozenset(),
 ) -> Iterator[str]:
     """Simulate ``runs``, ``jobs`` at a time in job processes (``jobs`` = 1: here), the
-    missing step costs first, one at a time; yields each name as it finishes."""
+    missing step costs first, one at a time; yields each name as it finishes. The runs
+    named in ``redecode`` only have their model decoded again."""
     missing: dict[Path, StudyRun] = {}
     for run in runs:
+        if run.name in redecode:
+            continue
         path = _cost_file(run, out, _run_config(plan, run, config_dir)[0])
         if not path.is_file():
             missing.setdefault(path, run)
@@ -230,7 +253,7 @@ def _simulate_all(
         for run in missing.values():
             _step_cost(plan, run, out, config_dir=config_dir)
         for run in runs:
-            _run_one(plan, run, out, network=network, config_dir=config_dir)
+            _run_one(plan, run, out, network=network, config_dir=config_dir, decode_only=run.name in redecode)
             yield run.name
         return
     context = multiprocessing.get_context("spawn")  # no forked torch thread pools
@@ -248,7 +271,10 @@ def _simulate_all(
     try:
         for run in missing.values():
             pool.submit(_step_cost, plan, run, out, config_dir=str(config_dir)).result()
-        names = {pool.submit(_job, (plan, run, out, network, str(config_dir))): run.name for run in runs}
+        names = {
+            pool.submit(_job, (plan, run, out, network, str(config_dir), run.name in redecode)): run.name
+            for run in runs
+        }
         for done in as_completed(names):
             yield done.result()
     except BrokenProcessPool:
@@ -276,10 +302,10 @@ def _start_job(level: int) -> None:
     logging.getLogger("asrkit").setLevel(level)
 
 
-def _job(task: tuple[StudyPlan, StudyRun, Path, Network, str]) -> str:
-    plan, run, out, network, config_dir = task
+def _job(task: tuple[StudyPlan, StudyRun, Path, Network, str, bool]) -> str:
+    plan, run, out, network, config_dir, decode_only = task
     # Ctrl-C is the parent's (it stops the jobs): the simulation takes no signals here.
-    _run_one(plan, run, out, network=network, config_dir=config_dir, signals=False)
+    _run_one(plan, run, out, network=network, config_dir=config_dir, signals=False, decode_only=decode_only)
     return run.name
 
 
@@ -344,10 +370,23 @@ def _fingerprint(files: tuple[Path, ...]) -> str:
     return inputs_fingerprint(files)
 
 
+def _decoding(plan: StudyPlan, cfg: AsrkitConfig) -> AsrkitConfig:
+    """``cfg`` with the plan's decoding grid (its LM weights and word penalties, where it
+    sets them)."""
+    wfst = dataclasses.replace(
+        cfg.wfst,
+        lm_weights=[float(w) for w in plan.lm_weights] or cfg.wfst.lm_weights,
+        word_penalties=[float(p) for p in plan.word_penalties] or cfg.wfst.word_penalties,
+    )
+    wfst.check()
+    return dataclasses.replace(cfg, wfst=wfst)
+
+
 def _expected(plan: StudyPlan, run: StudyRun, config_dir: str | Path) -> dict:
     cfg, overrides, lr = _run_config(plan, run, config_dir)
     inputs = _fingerprint(tuple(_input_files(cfg, plan.decode)))
-    return expected_record(run, overrides, lr, decoded=plan.decode, inputs=inputs)
+    grid = decode_grid(_decoding(plan, cfg)) if plan.decode else None
+    return expected_record(run, overrides, lr, decoded=plan.decode, inputs=inputs, grid=grid)
 
 
 def _run_one(
@@ -358,11 +397,22 @@ def _run_one(
     network: Network,
     config_dir: str | Path,
     signals: bool = True,
+    decode_only: bool = False,
 ) -> None:
+    """Simulate ``run`` and decode its model (``decode_only``: decode the model it trained
+    before again, at the plan's grid); its ``run.json`` is written last."""
     cfg, overrides, lr = _run_config(plan, run, config_dir)
     expected = _expected(plan, run, config_dir)  # the inputs it starts from
     cost = _cost_file(run, out, cfg)
     dest = out / "runs" / run.name
+    if decode_only:
+        log.info("study: %s: its model decoded again at the plan's grid", run.name)
+        before = read_record(dest / "run.json")
+        # decode.json goes first: stopped half-way, the run is decoded again next time.
+        decode_run(_decoding(plan, cfg), dest)
+        record = {**before, **expected}
+        atomic_write(dest / "run.json", json.dumps(record, indent=2) + "\n")
+        return
     log.info("study: %s (%s)", run.name, " ".join(overrides))
     (dest / "run.json").unlink(missing_ok=True)  # the run counts as finished once it is back
     (dest / DIVERGED_FILE).unlink(missing_ok=True)
@@ -382,7 +432,7 @@ def _run_one(
         diverged = {"step": err.step, "message": str(err)}
         atomic_write(dest / DIVERGED_FILE, json.dumps(diverged, indent=2) + "\n")
     if plan.decode and diverged is None:
-        decode_run(cfg, dest)
+        decode_run(_decoding(plan, cfg), dest)
     # Written last, with the step cost's path relative to the study (the dir moves).
     record = {
         **expected,

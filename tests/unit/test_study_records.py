@@ -191,3 +191,68 @@ def test_a_run_made_on_other_inputs_is_done_again(tmp_path: Path) -> None:
     (where / "run.json").write_text(json.dumps(record))
     state, why = run_state(where, expected)
     assert state == "unfinished" and "not recorded there" in why
+
+
+def test_a_run_decoded_at_another_grid_is_decoded_again_not_trained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in the study: most runs' best LM weight and penalty sat on the grid's corner,
+    so the plan's grid grew; its finished runs must be decoded again, their training kept."""
+    import dataclasses
+
+    from asrkit.study import runner
+
+    plan = dataclasses.replace(_plan(), decode=True, lm_weights=(1.0, 2.0), word_penalties=(-1.0, 0.0))
+    names = _finish(tmp_path, plan)
+    first, second = (tmp_path / "runs" / n for n in names[:2])
+    expected = _expected(plan, plan.runs()[0], CONF)
+    assert expected["decode_grid"] == {"lm_weights": [1.0, 2.0], "word_penalties": [-1.0, 0.0]}
+    old = {"tuned_on": "dev", "setting": "lm_weight=4 word_penalty=0", "sets": {"dev": {"wer": 20.0}}}
+    for where in (tmp_path / "runs" / n for n in names):
+        (where / "decode.json").write_text(json.dumps(old))  # no grid: the defaults then
+        (where / "model.pt").write_bytes(b"weights")
+    state, why = run_state(first, expected)
+    assert state == "redecode" and "another LM weight x word penalty grid" in why
+    (first / "decode.json").write_text(json.dumps({**old, "grid": expected["decode_grid"]}))
+    assert run_state(first, expected) == ("finished", "")
+    (first / "decode.json").unlink()  # a decoding stopped half-way: decode it again
+    assert run_state(first, expected) == ("redecode", f"{first / 'decode.json'}: missing")
+    (first / "model.pt").unlink()  # nothing to decode: train it again
+    assert run_state(first, expected)[0] == "unfinished"
+
+    decoded: list[str] = []
+
+    def fake_decode(cfg, run_dir: Path) -> dict:
+        assert [float(w) for w in cfg.wfst.lm_weights] == [1.0, 2.0]
+        decoded.append(run_dir.name)
+        record = {**old, "grid": {"lm_weights": [1.0, 2.0], "word_penalties": [-1.0, 0.0]}}
+        (run_dir / "decode.json").write_text(json.dumps(record))
+        return record
+
+    trained: list[str] = []
+
+    def fake_simulate(cfg, *, out: Path, **kwargs) -> None:
+        trained.append(out.name)
+        (out / "model.pt").write_bytes(b"weights")
+        history = [{"epoch": 1, "loss": 2.0, "seconds": 1.0}]
+        (out / "train_summary.json").write_text(json.dumps({"history": history}))
+        (out / "sim.json").write_text(json.dumps({"virtual_s": 1.0, "learners": 4}))
+
+    monkeypatch.setattr(runner, "decode_run", fake_decode)
+    monkeypatch.setattr(runner, "simulate_experiment", fake_simulate)
+    monkeypatch.setattr(runner, "_step_cost", lambda *a, **k: None)
+    run_before = json.loads((second / "run.json").read_text())
+    counts = run_study(plan, tmp_path, network=NETWORKS["infiniband"], config_dir=CONF)
+    assert trained == [first.name]  # its model was gone
+    assert sorted(decoded) == sorted(names)
+    assert counts == {"finished_before": 0, "run_now": len(names), "left": 0}
+    assert json.loads((second / "run.json").read_text())["decode_grid"] == expected["decode_grid"]
+    assert {k: v for k, v in run_before.items() if k != "decode_grid"} == {
+        k: v for k, v in json.loads((second / "run.json").read_text()).items() if k != "decode_grid"
+    }
+    plan_json = json.loads((tmp_path / "plan.json").read_text())
+    assert plan_json["plan"]["lm_weights"] == [1.0, 2.0]
+    assert all(
+        run_state(tmp_path / "runs" / n, _expected(plan, r, CONF))[0] == "finished"
+        for n, r in zip(names, plan.runs(), strict=True)
+    )
