@@ -68,11 +68,14 @@ def original_only(text: dict[str, str], factors: list[float]) -> dict[str, str]:
 
 
 def _through_sox(entry: str, factor: float) -> str:
-    """The ``wav.scp`` entry that reads ``entry``'s audio at ``factor`` speed (a pipe)."""
-    effect = f"sox -t wav - -t wav - speed {factor:g} |"
+    """The ``wav.scp`` entry that reads ``entry``'s audio at ``factor`` speed (a pipe).
+    ``-R`` (repeatable): sox dithers the resampled 16-bit samples, by default with a new
+    random seed each time, so each read (and each fresh preparation's features and
+    alignments) would differ; with ``-R`` its seed is fixed."""
+    effect = f"sox -R -t wav - -t wav - speed {factor:g} |"
     if entry.rstrip().endswith("|"):
         return f"{entry.rstrip()[:-1].rstrip()} | {effect}"
-    return f"sox {shlex.quote(entry)} -t wav - speed {factor:g} |"
+    return f"sox -R {shlex.quote(entry)} -t wav - speed {factor:g} |"
 
 
 def speed_perturb(data_dir: str | Path, factors: list[float]) -> DataDir:

@@ -7,7 +7,8 @@ test sets stay out of its choices).
 The run dir stands in for the experiment dir (its ``decode_hybrid_<set>/`` go there); the
 graph, the transition model and the alignments the priors come from stay the experiment's.
 ``decode.json`` sums it up: each set's WER line and word error rate, the pair chosen and
-the grid it was chosen from.
+the grid it was chosen from, and what the decoding took (``seconds`` of wall time,
+``cpu_s`` of processor time).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import resource
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,12 @@ def read_wer_line(line: str) -> tuple[float, int, int]:
     if found is None:
         raise DataError(f"not a Kaldi %WER line: {line!r}")
     return float(found.group(1)), int(found.group(2)), int(found.group(3))
+
+
+def _cpu_seconds() -> float:
+    """Processor seconds of this process and of its children that have ended."""
+    mine, theirs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
 
 
 def decode_run(cfg: AsrkitConfig, run_dir: Path) -> dict[str, Any]:
@@ -79,7 +88,9 @@ def decode_run(cfg: AsrkitConfig, run_dir: Path) -> dict[str, Any]:
     run_cfg = dataclasses.replace(cfg, align=align, wfst=wfst, decode=decode)
     ctx = dataclasses.replace(experiment, cfg=run_cfg, exp_dir=run_dir)
     (run_dir / DECODE_FILE).unlink(missing_ok=True)
+    began, began_cpu = time.monotonic(), _cpu_seconds()
     hybrid_decode(ctx)
+    seconds, cpu_s = time.monotonic() - began, _cpu_seconds() - began_cpu
     sets: dict[str, Any] = {}
     for name, _ in decode_targets(ctx):
         folder = run_dir / f"decode_hybrid_{name}"
@@ -93,6 +104,8 @@ def decode_run(cfg: AsrkitConfig, run_dir: Path) -> dict[str, Any]:
         "setting": setting,
         "grid": decode_grid(cfg),
         "sets": sets,
+        "seconds": round(seconds, 3),
+        "cpu_s": round(cpu_s, 3),
     }
     atomic_write(run_dir / DECODE_FILE, json.dumps(record, indent=2) + "\n")
     return record

@@ -101,15 +101,23 @@ def _default_grid() -> dict[str, list[float]]:
 
 def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
     """``("finished", "")``, ``("unfinished", why)`` (absent or damaged records: run it
-    again), ``("redecode", why)`` (trained as the plan asks, decoded at another grid of LM
-    weights and word penalties: decode its model again) or ``("other", what differs)`` (a
-    finished run made with other settings)."""
+    again), ``("redecode", why)`` (trained as the plan asks and its ``model.pt`` is here, but
+    decoded at another grid of LM weights and word penalties, or not decoded: decode that
+    model again) or ``("other", what differs)`` (a finished run made with other settings).
+    A run that needs decoding again without its model (git does not keep it) is
+    ``"unfinished"``: trained again."""
+    state, why = _state(where, expected)
+    if state == "redecode" and not (where / "model.pt").is_file():
+        return "unfinished", f"{why}, and its model.pt is not here"
+    return state, why
+
+
+def _state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
     if not (where / "run.json").is_file():
         return "unfinished", "" if not where.exists() else f"{where / 'run.json'}: missing"
     needed: tuple[str, ...] = (*RUN_FILES, "decode.json") if expected.get("decoded") else RUN_FILES
-    if "decode.json" in needed and not (where / "decode.json").exists() and (where / "model.pt").is_file():
-        # Trained, its decoding stopped (or the plan's grid changed) half-way: decode it.
-        needed = RUN_FILES
+    if "decode.json" in needed and not (where / "decode.json").exists():
+        needed = RUN_FILES  # trained, its decoding stopped half-way: decode it (run_state)
     try:
         first = read_record(where / "run.json")
         if isinstance(first, dict) and first.get("diverged"):

@@ -77,6 +77,7 @@ def load_runs(out: Path) -> list[Run]:
         run.update(
             curve=curve,
             sim=sim,
+            decode_cpu_s=decoded.get("cpu_s") if isinstance(decoded, dict) else None,
             steps=summary.get("steps"),
             dev_wer=dev,
             samples_per_s=learners.get("steady_samples_per_s"),
@@ -347,17 +348,30 @@ def _equal_seed_1(runs: list[Run]) -> list[Run]:
 
 def _cost(out: Path, runs: list[Run]) -> str:
     """What running the study cost this machine: each finished run's simulation (one
-    single-threaded process: ``sim.json``'s ``real_s``), summed, and the sittings of
-    ``sittings.json`` (those that ended by themselves or by a stop; a sitting killed outright,
-    or paused, is not or wrongly there, so the runs' own times are the figure)."""
-    seconds = sum(float(r["sim"].get("real_s", 0.0)) for r in runs)
+    single-threaded process: ``sim.json``'s ``cpu_s``, processor seconds, or ``real_s``
+    where a run made before they were recorded has none) and decoding (``decode.json``'s
+    ``cpu_s``, where recorded), summed, and the sittings of ``sittings.json`` (those that
+    ended by themselves or by a stop; a sitting killed outright, or paused, is not or
+    wrongly there, so the runs' own times are the figure)."""
     if not runs:
         return ""
+    seconds = sum(float(r["sim"].get("cpu_s", r["sim"].get("real_s", 0.0))) for r in runs)
+    walls = sum(1 for r in runs if "cpu_s" not in r["sim"])
+    decodes = [float(r["decode_cpu_s"]) for r in runs if r.get("decode_cpu_s") is not None]
     text = (
         f"\nRunning it took **{seconds / 3600:.1f} core-hours** on this machine: the {len(runs)} "
-        "finished runs' simulations, each one single-threaded process (one core), summed; the "
-        "decoding of each run's model adds about a minute.\n"
+        "finished runs' simulations, each one single-threaded process (one core), summed"
+        + (f" ({walls} of them recorded as wall time, which counts pauses)" if walls else "")
+        + ".\n"
     )
+    if decodes:
+        text += (
+            f"Decoding took {sum(decodes) / 3600:.1f} core-hours more for the {len(decodes)} "
+            f"run{'s' if len(decodes) > 1 else ''} that recorded it (from {min(decodes) / 60:.0f} to {max(decodes) / 60:.0f} minutes a run: a weak "
+            "model's flat scores keep more of the search alive).\n"
+        )
+    else:
+        text += "Decoding each run's model comes on top (not recorded for these runs).\n"
     path = out / "sittings.json"
     if path.is_file():
         sittings = json.loads(path.read_text())

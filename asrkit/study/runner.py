@@ -91,12 +91,10 @@ def _run_study(
     for run in runs:
         state, why = run_state(out / "runs" / run.name, _expected(plan, run, config_dir))
         if state == "redecode":
-            if (out / "runs" / run.name / "model.pt").is_file():
-                log.warning("study: %s; its model is decoded again (not trained)", why)
-                redecode.add(run.name)
-                pending.append(run)
-                continue
-            state, why = "unfinished", f"{why}, and its model.pt is not here"
+            log.warning("study: %s; its model is decoded again (not trained)", why)
+            redecode.add(run.name)
+            pending.append(run)
+            continue
         if state == "other":
             raise ConfigError(
                 f"{out / 'runs' / run.name / 'run.json'}: a finished run made with other settings "

@@ -84,7 +84,8 @@ def test_a_study_resumes_where_it_stopped_and_reports_every_question(tmp_path: P
     sittings = json.loads((out / "sittings.json").read_text())
     assert [s["runs_finished"] for s in sittings] == [3, len(plan) - 3]  # the refused start: none
     sims = [json.loads((out / "runs" / r["name"] / "sim.json").read_text()) for r in plan]
-    core_hours = sum(sim["real_s"] for sim in sims) / 3600
+    assert all(0 < sim["cpu_s"] for sim in sims)
+    core_hours = sum(sim["cpu_s"] for sim in sims) / 3600
     assert f"took **{core_hours:.1f} core-hours** on this machine: the {len(plan)} finished runs'" in text
     assert "Sittings recorded whole: 2, " in text and "hours of wall time, 1/2 run(s) at a time" in text
     for title in ("Headline", "Equal speed", "Stragglers", "Batch size", "Fixed ring against random pairing"):

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from asrkit.config import compose
 from asrkit.data.audio import load_audio
@@ -46,6 +47,10 @@ def test_three_way_perturbation_renames_reads_and_keeps_speaker_files(tmp_path: 
         assert slow_rate == rate
         assert len(slow) == pytest.approx(len(base) / 0.9, rel=0.01)
         assert len(fast) == pytest.approx(len(base) / 1.1, rel=0.01)
+        # Seen in the field: sox dithers with a fresh random seed on each read, so every
+        # fresh preparation had other features and alignments (a study's inputs changed).
+        again, _ = load_audio(data.wav_scp[f"sp0.9-{utt}"], utt=utt)
+        assert torch.equal(torch.as_tensor(again), torch.as_tensor(slow)), utt
     # The LM and the tokenizer see each sentence once.
     assert original_only(data.text, perturbed_factors(train)) == original.text
     with pytest.raises(DataError, match="already speed-perturbed"):

@@ -218,7 +218,7 @@ def test_a_run_decoded_at_another_grid_is_decoded_again_not_trained(
     (first / "decode.json").unlink()  # a decoding stopped half-way: decode it again
     assert run_state(first, expected) == ("redecode", f"{first / 'decode.json'}: missing")
     (first / "model.pt").unlink()  # nothing to decode: train it again
-    assert run_state(first, expected)[0] == "unfinished"
+    assert run_state(first, expected) == ("unfinished", f"{first / 'decode.json'}: missing, and its model.pt is not here")
 
     decoded: list[str] = []
 

@@ -61,3 +61,31 @@ def test_the_report_compares_runs_by_their_axes_and_drops_stale_figures(tmp_path
     assert "| m | 4 | 8 | random |" in text  # the spectral table takes every ADPSGD run
     figures = sorted(p.name for p in (docs / "study").glob("*.png"))
     assert figures == ["batch_m_n4.png", "equal_m_n4_b32.png", "equal_m_n4_b8.png"]
+
+
+def test_the_cost_counts_processor_time_and_the_decoding_where_recorded(tmp_path) -> None:
+    """Seen in the study: runs paused during a CI run (SIGSTOP) counted their pause in
+    ``real_s``, and the report said decoding took about a minute where weak models took 30."""
+    import json
+
+    from asrkit.study.report import _cost, load_runs
+
+    out = tmp_path / "study"
+    _record(out, "sync", 4, 8, [3.0, 2.0], ["equal_speed"])
+    _record(out, "adpsgd_fixed", 4, 8, [3.0, 2.5], ["equal_speed"])
+    first, second = sorted((out / "runs").iterdir())
+    (first / "sim.json").write_text(json.dumps({"real_s": 9000.0, "cpu_s": 3600.0}))  # paused 1.5 h
+    (second / "sim.json").write_text(json.dumps({"real_s": 1800.0}))  # made before cpu_s was recorded
+    decoded = {"tuned_on": "dev", "sets": {"dev": {"wer": 10.0}}, "seconds": 2000.0, "cpu_s": 1800.0}
+    (first / "decode.json").write_text(json.dumps(decoded))
+    text = _cost(out, load_runs(out))
+    assert "took **1.5 core-hours** on this machine: the 2 finished runs'" in text
+    assert "(1 of them recorded as wall time, which counts pauses)" in text
+    assert "Decoding took 0.5 core-hours more for the 1 run that recorded it (from 30 to 30 minutes" in text
+    (second / "decode.json").write_text(json.dumps({**decoded, "cpu_s": 60.0}))
+    assert "Decoding took 0.5 core-hours more for the 2 runs that recorded it (from 1 to 30 minutes" in _cost(
+        out, load_runs(out)
+    )
+    (first / "decode.json").unlink()
+    (second / "decode.json").unlink()
+    assert "Decoding each run's model comes on top (not recorded for these runs)" in _cost(out, load_runs(out))
