@@ -109,7 +109,8 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from asrkit.study.report import write_report
 
-    if not (args.out / "runs").is_dir():
+    # A study whose plan is there but no run finished yet (or none kept) reports that.
+    if not (args.out / "runs").is_dir() and not (args.out / "plan.json").is_file():
         raise ConfigError(
             f"{args.out}/runs: no study runs there; start them with asrkit study run --out {args.out}"
         )

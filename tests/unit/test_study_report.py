@@ -89,3 +89,19 @@ def test_the_cost_counts_processor_time_and_the_decoding_where_recorded(tmp_path
     (first / "decode.json").unlink()
     (second / "decode.json").unlink()
     assert "Decoding each run's model comes on top (not recorded for these runs)" in _cost(out, load_runs(out))
+
+
+def test_a_study_with_its_plan_and_no_run_kept_reports_none_finished(tmp_path) -> None:
+    """A study whose runs were all dropped (made on inputs no machine makes again) still
+    reports: nothing finished, every planned run listed; without a plan it is an error."""
+    import json
+
+    from asrkit.cli.main import main
+
+    out, docs = tmp_path / "study", tmp_path / "docs"
+    assert main(["study", "report", "--out", str(out), "--docs", str(docs)]) == 2
+    out.mkdir()
+    (out / "plan.json").write_text(json.dumps({"runs": [{"name": "a"}, {"name": "b"}]}))
+    assert main(["study", "report", "--out", str(out), "--docs", str(docs)]) == 0
+    text = (docs / "study_results.md").read_text()
+    assert "# Study results (0 of 2 planned runs finished)" in text and "Not finished: a, b." in text
