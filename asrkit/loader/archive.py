@@ -54,7 +54,9 @@ def check_values(
     # One BLAS pass: a sum of squares within the limit's square bounds every value (NaN and
     # infinities make it NaN or inf); real normalised features stay far below it. Only a
     # block over it (raw features, say) is looked at value by value.
-    if np.dot(flat, flat) <= _LIMIT_SQUARED:
+    with np.errstate(over="ignore", invalid="ignore"):  # damaged data overflow it: looked at below
+        within = np.dot(flat, flat) <= _LIMIT_SQUARED
+    if within:
         return
     if feats.min() >= -FEATURE_LIMIT and feats.max() <= FEATURE_LIMIT:
         return

@@ -483,3 +483,21 @@ def test_in_memory_alignments_leave_the_callers_utterances_alone() -> None:
     assert [u.utt for u in aligned.read_all()] == ["u0", "u2"]
     assert aligned.read_all()[1].ali.tolist() == [10, 12, 14]
     assert all(u.ali is None for u in utts) and all(u.ali is None for u in source.read_all())
+
+
+def test_a_damaged_feature_value_is_named_without_numpys_overflow_warning() -> None:
+    """Seen in CI logs: values near float32's largest overflowed the sum-of-squares check
+    (a RuntimeWarning) before the utterance was named."""
+    import warnings
+    from types import SimpleNamespace
+
+    from asrkit.loader.archive import check_values
+
+    source = SimpleNamespace(scp=Path("data/train/feats.scp"), ids=["a", "b"], where=lambda i: f"raw.1.ark:{i}")
+    feats = np.zeros((2, 3, 4), dtype=np.float32)
+    check_values(feats, source, [0, 1], [3, 3])  # normal features: nothing to say
+    feats[1, 2, 3] = 3.0e38
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DataError, match=r"utterance 'b' at raw.1.ark:1: feature value 3e\+38 at frame 2, dim 3"):
+            check_values(feats, source, [0, 1], [3, 3])
