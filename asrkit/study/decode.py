@@ -33,11 +33,14 @@ DECODE_FILE = "decode.json"
 _WER = re.compile(r"%WER\s+([0-9.]+)\s+\[\s*(\d+)\s*/\s*(\d+)")
 
 
-def decode_grid(cfg: AsrkitConfig) -> dict[str, list[float]]:
-    """The LM weights and word penalties ``cfg``'s decoding sweeps (``decode.json``'s ``grid``)."""
+def decode_grid(cfg: AsrkitConfig) -> dict[str, Any]:
+    """What ``cfg``'s decoding is (``decode.json``'s ``grid``): the LM weights and word
+    penalties it sweeps and the lattice search's beams, which decide the lattice swept."""
     return {
         "lm_weights": [float(w) for w in cfg.wfst.lm_weights],
         "word_penalties": [float(p) for p in cfg.wfst.word_penalties],
+        "beam": float(cfg.wfst.beam),
+        "lattice_beam": float(cfg.wfst.lattice_beam),
     }
 
 

@@ -121,6 +121,11 @@ class StudyPlan:
     #: given a wider grid decodes its finished runs' models again without training them.
     lm_weights: tuple[float, ...] = ()
     word_penalties: tuple[float, ...] = ()
+    #: The lattice search's ``beam`` and ``lattice_beam`` (0: the experiment's
+    #: ``wfst.beam`` / ``wfst.lattice_beam``); recorded with the grid, so a study given
+    #: other beams decodes its finished runs' models again too.
+    beam: float = 0.0
+    lattice_beam: float = 0.0
 
     @property
     def middle(self) -> int:

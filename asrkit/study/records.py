@@ -73,7 +73,7 @@ def expected_record(
     *,
     decoded: bool = False,
     inputs: str | None = None,
-    grid: dict[str, list[float]] | None = None,
+    grid: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``run.json`` the plan's run makes (plain JSON data); ``decoded``: the run's
     model is decoded too (its ``decode.json`` belongs to a finished run); ``inputs``: the
@@ -91,12 +91,18 @@ def expected_record(
     return json.loads(json.dumps(record))
 
 
-def _default_grid() -> dict[str, list[float]]:
-    """The grid a ``decode.json`` without one was decoded at: ``wfst``'s defaults then."""
+def _default_grid() -> dict[str, Any]:
+    """What a ``decode.json`` without a grid, or whose grid names no beams, was decoded at:
+    ``wfst``'s defaults then (every experiment decoded by a study kept the defaults' beams)."""
     from asrkit.gmm.config import WfstConfig
 
     wfst = WfstConfig()
-    return {"lm_weights": list(wfst.lm_weights), "word_penalties": list(wfst.word_penalties)}
+    return {
+        "lm_weights": list(wfst.lm_weights),
+        "word_penalties": list(wfst.word_penalties),
+        "beam": float(wfst.beam),
+        "lattice_beam": float(wfst.lattice_beam),
+    }
 
 
 def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
@@ -145,7 +151,7 @@ def _state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
         return "redecode", f"{where / 'decode.json'}: missing"
     if "decode_grid" in expected and "decode.json" in records:
         decoded = records["decode.json"]
-        grid = decoded.get("grid", _default_grid()) if isinstance(decoded, dict) else None
+        grid = {**_default_grid(), **decoded.get("grid", {})} if isinstance(decoded, dict) else None
         if grid != expected["decode_grid"]:
             return "redecode", f"{where / 'decode.json'}: decoded at another LM weight x word penalty grid"
     return "finished", ""

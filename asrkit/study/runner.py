@@ -110,7 +110,7 @@ def _run_study(
         known = {r.get("name") for r in before.get("runs", [])}
         listing = [*before.get("runs", []), *(r for r in listing if r["name"] not in known)]
         # The decoding grid is the plan's now: runs decoded at another are decoded again.
-        grid = {k: settings["plan"][k] for k in ("lm_weights", "word_penalties")}
+        grid = {k: settings["plan"][k] for k in ("lm_weights", "word_penalties", "beam", "lattice_beam")}
         settings = {**settings, "plan": {**before.get("plan", settings["plan"]), **grid}}
     record = json.dumps({**settings, "runs": listing}, indent=2)
     if before is None or json.loads(record) != before:
@@ -369,12 +369,14 @@ def _fingerprint(files: tuple[Path, ...]) -> str:
 
 
 def _decoding(plan: StudyPlan, cfg: AsrkitConfig) -> AsrkitConfig:
-    """``cfg`` with the plan's decoding grid (its LM weights and word penalties, where it
-    sets them)."""
+    """``cfg`` with the plan's decoding grid (its LM weights and word penalties) and search
+    beams, where it sets them."""
     wfst = dataclasses.replace(
         cfg.wfst,
         lm_weights=[float(w) for w in plan.lm_weights] or cfg.wfst.lm_weights,
         word_penalties=[float(p) for p in plan.word_penalties] or cfg.wfst.word_penalties,
+        beam=float(plan.beam) or cfg.wfst.beam,
+        lattice_beam=float(plan.lattice_beam) or cfg.wfst.lattice_beam,
     )
     wfst.check()
     return dataclasses.replace(cfg, wfst=wfst)

@@ -202,19 +202,29 @@ def test_a_run_decoded_at_another_grid_is_decoded_again_not_trained(
 
     from asrkit.study import runner
 
-    plan = dataclasses.replace(_plan(), decode=True, lm_weights=(1.0, 2.0), word_penalties=(-1.0, 0.0))
+    grid = {"lm_weights": [1.0, 2.0], "word_penalties": [-1.0, 0.0], "beam": 11.0, "lattice_beam": 6.0}
+    plan = dataclasses.replace(
+        _plan(), decode=True, lm_weights=(1.0, 2.0), word_penalties=(-1.0, 0.0), beam=11.0, lattice_beam=6.0
+    )
     names = _finish(tmp_path, plan)
     first, second = (tmp_path / "runs" / n for n in names[:2])
     expected = _expected(plan, plan.runs()[0], CONF)
-    assert expected["decode_grid"] == {"lm_weights": [1.0, 2.0], "word_penalties": [-1.0, 0.0]}
+    assert expected["decode_grid"] == grid
     old = {"tuned_on": "dev", "setting": "lm_weight=4 word_penalty=0", "sets": {"dev": {"wer": 20.0}}}
     for where in (tmp_path / "runs" / n for n in names):
         (where / "decode.json").write_text(json.dumps(old))  # no grid: the defaults then
         (where / "model.pt").write_bytes(b"weights")
     state, why = run_state(first, expected)
     assert state == "redecode" and "another LM weight x word penalty grid" in why
-    (first / "decode.json").write_text(json.dumps({**old, "grid": expected["decode_grid"]}))
+    (first / "decode.json").write_text(json.dumps({**old, "grid": grid}))
     assert run_state(first, expected) == ("finished", "")
+    # The same weights searched with other beams (a grid recorded before beams were: 13 / 8)
+    for beams in ({"beam": 13.0, "lattice_beam": 8.0}, {}):
+        at = {k: v for k, v in grid.items() if k not in ("beam", "lattice_beam")} | beams
+        (first / "decode.json").write_text(json.dumps({**old, "grid": at}))
+        assert run_state(first, expected)[0] == "redecode"
+        assert run_state(first, {**expected, "decode_grid": {**grid, "beam": 13.0, "lattice_beam": 8.0}})[0] == "finished"
+    (first / "decode.json").write_text(json.dumps({**old, "grid": grid}))
     (first / "decode.json").unlink()  # a decoding stopped half-way: decode it again
     assert run_state(first, expected) == ("redecode", f"{first / 'decode.json'}: missing")
     (first / "model.pt").unlink()  # nothing to decode: train it again
@@ -224,8 +234,9 @@ def test_a_run_decoded_at_another_grid_is_decoded_again_not_trained(
 
     def fake_decode(cfg, run_dir: Path) -> dict:
         assert [float(w) for w in cfg.wfst.lm_weights] == [1.0, 2.0]
+        assert (cfg.wfst.beam, cfg.wfst.lattice_beam) == (11.0, 6.0)
         decoded.append(run_dir.name)
-        record = {**old, "grid": {"lm_weights": [1.0, 2.0], "word_penalties": [-1.0, 0.0]}}
+        record = {**old, "grid": grid}
         (run_dir / "decode.json").write_text(json.dumps(record))
         return record
 
@@ -251,7 +262,7 @@ def test_a_run_decoded_at_another_grid_is_decoded_again_not_trained(
         k: v for k, v in json.loads((second / "run.json").read_text()).items() if k != "decode_grid"
     }
     plan_json = json.loads((tmp_path / "plan.json").read_text())
-    assert plan_json["plan"]["lm_weights"] == [1.0, 2.0]
+    assert plan_json["plan"]["lm_weights"] == [1.0, 2.0] and plan_json["plan"]["beam"] == 11.0
     assert all(
         run_state(tmp_path / "runs" / n, _expected(plan, r, CONF))[0] == "finished"
         for n, r in zip(names, plan.runs(), strict=True)
