@@ -289,9 +289,9 @@ def test_speed_perturbation_renames_recordings_and_rescales_times(dirs) -> None:
     assert len(data.utt_ids) == 21 and len(data.wav_scp) == 12
     assert data.reco2file_and_channel["sp0.9-fash-b"] == "fash-b A"
     assert data.wav_scp["fash-a"] == original.wav_scp["fash-a"]
-    assert data.wav_scp["sp1.1-fash-a"] == f"sox {original.wav_scp['fash-a']} -t wav - speed 1.1 |"
+    assert data.wav_scp["sp1.1-fash-a"] == f"sox -R {original.wav_scp['fash-a']} -t wav - speed 1.1 |"
     assert data.wav_scp["sp0.9-fash-b"] == (
-        f"{original.wav_scp['fash-b'][:-1].rstrip()} | sox -t wav - -t wav - speed 0.9 |"
+        f"{original.wav_scp['fash-b'][:-1].rstrip()} | sox -R -t wav - -t wav - speed 0.9 |"
     )
     for utt, seg in original.segments.items():
         assert data.segments[utt] == seg
