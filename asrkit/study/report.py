@@ -367,7 +367,7 @@ def _cost(out: Path, runs: list[Run]) -> str:
     if decodes:
         text += (
             f"Decoding took {sum(decodes) / 3600:.1f} core-hours more for the {len(decodes)} "
-            f"run{'s' if len(decodes) > 1 else ''} that recorded it (from {min(decodes) / 60:.0f} to {max(decodes) / 60:.0f} minutes a run: a weak "
+            f"run{'s' if len(decodes) > 1 else ''} that recorded it (from {min(decodes) / 60:.1f} to {max(decodes) / 60:.1f} minutes a run: a weak "
             "model's flat scores keep more of the search alive).\n"
         )
     else:
