@@ -493,11 +493,15 @@ def test_a_damaged_feature_value_is_named_without_numpys_overflow_warning() -> N
 
     from asrkit.loader.archive import check_values
 
-    source = SimpleNamespace(scp=Path("data/train/feats.scp"), ids=["a", "b"], where=lambda i: f"raw.1.ark:{i}")
+    source = SimpleNamespace(
+        scp=Path("data/train/feats.scp"), ids=["a", "b"], where=lambda i: f"raw.1.ark:{i}"
+    )
     feats = np.zeros((2, 3, 4), dtype=np.float32)
     check_values(feats, source, [0, 1], [3, 3])  # normal features: nothing to say
     feats[1, 2, 3] = 3.0e38
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(DataError, match=r"utterance 'b' at raw.1.ark:1: feature value 3e\+38 at frame 2, dim 3"):
+        with pytest.raises(
+            DataError, match=r"utterance 'b' at raw.1.ark:1: feature value 3e\+38 at frame 2, dim 3"
+        ):
             check_values(feats, source, [0, 1], [3, 3])

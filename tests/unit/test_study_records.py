@@ -223,12 +223,18 @@ def test_a_run_decoded_at_another_grid_is_decoded_again_not_trained(
         at = {k: v for k, v in grid.items() if k not in ("beam", "lattice_beam")} | beams
         (first / "decode.json").write_text(json.dumps({**old, "grid": at}))
         assert run_state(first, expected)[0] == "redecode"
-        assert run_state(first, {**expected, "decode_grid": {**grid, "beam": 13.0, "lattice_beam": 8.0}})[0] == "finished"
+        assert (
+            run_state(first, {**expected, "decode_grid": {**grid, "beam": 13.0, "lattice_beam": 8.0}})[0]
+            == "finished"
+        )
     (first / "decode.json").write_text(json.dumps({**old, "grid": grid}))
     (first / "decode.json").unlink()  # a decoding stopped half-way: decode it again
     assert run_state(first, expected) == ("redecode", f"{first / 'decode.json'}: missing")
     (first / "model.pt").unlink()  # nothing to decode: train it again
-    assert run_state(first, expected) == ("unfinished", f"{first / 'decode.json'}: missing, and its model.pt is not here")
+    assert run_state(first, expected) == (
+        "unfinished",
+        f"{first / 'decode.json'}: missing, and its model.pt is not here",
+    )
 
     decoded: list[str] = []
 

@@ -81,14 +81,19 @@ def test_the_cost_counts_processor_time_and_the_decoding_where_recorded(tmp_path
     text = _cost(out, load_runs(out))
     assert "took **1.5 core-hours** on this machine: the 2 finished runs'" in text
     assert "(1 of them recorded as wall time, which counts pauses)" in text
-    assert "Decoding took 0.5 core-hours more for the 1 run that recorded it (from 30.0 to 30.0 minutes" in text
+    assert (
+        "Decoding took 0.5 core-hours more for the 1 run that recorded it (from 30.0 to 30.0 minutes" in text
+    )
     (second / "decode.json").write_text(json.dumps({**decoded, "cpu_s": 60.0}))
-    assert "Decoding took 0.5 core-hours more for the 2 runs that recorded it (from 1.0 to 30.0 minutes" in _cost(
-        out, load_runs(out)
+    assert (
+        "Decoding took 0.5 core-hours more for the 2 runs that recorded it (from 1.0 to 30.0 minutes"
+        in _cost(out, load_runs(out))
     )
     (first / "decode.json").unlink()
     (second / "decode.json").unlink()
-    assert "Decoding each run's model comes on top (not recorded for these runs)" in _cost(out, load_runs(out))
+    assert "Decoding each run's model comes on top (not recorded for these runs)" in _cost(
+        out, load_runs(out)
+    )
 
 
 def test_a_study_with_its_plan_and_no_run_kept_reports_none_finished(tmp_path) -> None:
