@@ -29,11 +29,12 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import resource
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["Progress", "counted", "format_duration", "map_forked", "tick"]
+__all__ = ["Progress", "counted", "cpu_seconds", "format_duration", "map_forked", "tick"]
 
 log = logging.getLogger("asrkit.progress")
 
@@ -46,6 +47,14 @@ T = TypeVar("T")
 _shared: Any = None
 _owner = 0
 _current: Progress | None = None
+
+
+def cpu_seconds() -> float:
+    """Processor seconds (user and system) of this process and of its children that have
+    ended (``wfst.nj``'s forked decoders, say): what a piece of work cost the machine,
+    unlike wall time, which counts pauses and waits for a busy core."""
+    mine, theirs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
 
 
 def format_duration(seconds: float) -> str:

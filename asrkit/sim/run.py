@@ -34,6 +34,7 @@ from asrkit.distributed.base import write_learner_metrics
 from asrkit.distributed.strategies import join
 from asrkit.errors import TrainingStopped
 from asrkit.learner import LearnerParts, build_trainer, prepare_learner, write_final_model
+from asrkit.progress import cpu_seconds
 from asrkit.sim.clock import Clock, Event, SimAborted
 from asrkit.sim.comm import SimWorld
 from asrkit.sim.network import Network
@@ -155,7 +156,7 @@ def simulate(
 
     for rank in range(learners):
         clock.spawn(functools.partial(learner, rank), name=f"learner-{rank}")
-    began, began_cpu = time.monotonic(), time.process_time()
+    began, began_cpu = time.monotonic(), cpu_seconds()
 
     def stopped() -> BaseException | None:
         if stop is None or not stop.requested:
@@ -174,7 +175,7 @@ def simulate(
     real_s = time.monotonic() - began
     # Processor time, unlike real_s, leaves out time the process was paused or waited
     # for a busy core: the figure for what a run costs the machine.
-    cpu_s = time.process_time() - began_cpu
+    cpu_s = cpu_seconds() - began_cpu
     state, summary, _ = results[0]
     result = SimResult(state, summary, max(r[2] for r in results), real_s, max(fits) - min(fits))
     write_learner_metrics(exp_dir, summary)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from asrkit.config import AsrkitConfig
 from asrkit.data.io import atomic_write
 from asrkit.errors import ConfigError, DataError
+from asrkit.progress import cpu_seconds
 
 __all__ = ["DECODE_FILE", "decode_grid", "decode_run", "read_wer_line"]
 
@@ -50,12 +50,6 @@ def read_wer_line(line: str) -> tuple[float, int, int]:
     if found is None:
         raise DataError(f"not a Kaldi %WER line: {line!r}")
     return float(found.group(1)), int(found.group(2)), int(found.group(3))
-
-
-def _cpu_seconds() -> float:
-    """Processor seconds of this process and of its children that have ended."""
-    mine, theirs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
 
 
 def decode_run(cfg: AsrkitConfig, run_dir: Path) -> dict[str, Any]:
@@ -91,9 +85,9 @@ def decode_run(cfg: AsrkitConfig, run_dir: Path) -> dict[str, Any]:
     run_cfg = dataclasses.replace(cfg, align=align, wfst=wfst, decode=decode)
     ctx = dataclasses.replace(experiment, cfg=run_cfg, exp_dir=run_dir)
     (run_dir / DECODE_FILE).unlink(missing_ok=True)
-    began, began_cpu = time.monotonic(), _cpu_seconds()
+    began, began_cpu = time.monotonic(), cpu_seconds()
     hybrid_decode(ctx)
-    seconds, cpu_s = time.monotonic() - began, _cpu_seconds() - began_cpu
+    seconds, cpu_s = time.monotonic() - began, cpu_seconds() - began_cpu
     sets: dict[str, Any] = {}
     for name, _ in decode_targets(ctx):
         folder = run_dir / f"decode_hybrid_{name}"

@@ -78,7 +78,7 @@ def expected_record(
     """The ``run.json`` the plan's run makes (plain JSON data); ``decoded``: the run's
     model is decoded too (its ``decode.json`` belongs to a finished run); ``inputs``: the
     fingerprint of the experiment's files it uses (:func:`inputs_fingerprint`); ``grid``:
-    the LM weights and word penalties its decoding sweeps."""
+    the LM weights and word penalties its decoding sweeps and the search's beams."""
     from dataclasses import asdict
 
     record = {**asdict(run), "name": run.name, "overrides": list(overrides), "lr": lr}
@@ -93,7 +93,9 @@ def expected_record(
 
 def _default_grid() -> dict[str, Any]:
     """What a ``decode.json`` without a grid, or whose grid names no beams, was decoded at:
-    ``wfst``'s defaults then (every experiment decoded by a study kept the defaults' beams)."""
+    ``wfst``'s defaults then. (The beams are right for every study decoded before grids
+    named them, AN4's hybrid experiment's; for an experiment with other beams, such as
+    ``so762_hybrid``'s 11 / 6, they would only make its runs decode again.)"""
     from asrkit.gmm.config import WfstConfig
 
     wfst = WfstConfig()
@@ -108,8 +110,9 @@ def _default_grid() -> dict[str, Any]:
 def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
     """``("finished", "")``, ``("unfinished", why)`` (absent or damaged records: run it
     again), ``("redecode", why)`` (trained as the plan asks and its ``model.pt`` is here, but
-    decoded at another grid of LM weights and word penalties, or not decoded: decode that
-    model again) or ``("other", what differs)`` (a finished run made with other settings).
+    decoded at another grid of LM weights and word penalties or with other beams, or not
+    decoded: decode that model again) or ``("other", what differs)`` (a finished run made
+    with other settings).
     A run that needs decoding again without its model (git does not keep it) is
     ``"unfinished"``: trained again."""
     state, why = _state(where, expected)
@@ -151,7 +154,11 @@ def _state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
         return "redecode", f"{where / 'decode.json'}: missing"
     if "decode_grid" in expected and "decode.json" in records:
         decoded = records["decode.json"]
-        grid = {**_default_grid(), **decoded.get("grid", {})} if isinstance(decoded, dict) else None
+        recorded = decoded.get("grid", {}) if isinstance(decoded, dict) else None
+        grid = {**_default_grid(), **recorded} if isinstance(recorded, dict) else None
         if grid != expected["decode_grid"]:
-            return "redecode", f"{where / 'decode.json'}: decoded at another LM weight x word penalty grid"
+            return "redecode", (
+                f"{where / 'decode.json'}: decoded at another LM weight x word penalty grid "
+                "or with other beams"
+            )
     return "finished", ""

@@ -368,8 +368,7 @@ def _cost(out: Path, runs: list[Run]) -> str:
         text += (
             f"Decoding took {sum(decodes) / 3600:.1f} core-hours more for the {len(decodes)} "
             f"run{'s' if len(decodes) > 1 else ''} that recorded it (from {min(decodes) / 60:.1f} to "
-            f"{max(decodes) / 60:.1f} minutes a run: a weak model's flat scores keep more of the search "
-            "alive).\n"
+            f"{max(decodes) / 60:.1f} minutes a run; a run decoded again counts its last decoding only).\n"
         )
     else:
         text += "Decoding each run's model comes on top (not recorded for these runs).\n"

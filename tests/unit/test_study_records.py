@@ -227,7 +227,9 @@ def test_a_run_decoded_at_another_grid_is_decoded_again_not_trained(
             run_state(first, {**expected, "decode_grid": {**grid, "beam": 13.0, "lattice_beam": 8.0}})[0]
             == "finished"
         )
-    (first / "decode.json").write_text(json.dumps({**old, "grid": grid}))
+    for damaged in (None, [1.0, 2.0], "grid"):  # a grid that is no mapping: decoded again, no crash
+        (first / "decode.json").write_text(json.dumps({**old, "grid": damaged}))
+        assert run_state(first, expected)[0] == "redecode"
     (first / "decode.json").unlink()  # a decoding stopped half-way: decode it again
     assert run_state(first, expected) == ("redecode", f"{first / 'decode.json'}: missing")
     (first / "model.pt").unlink()  # nothing to decode: train it again
