@@ -23,6 +23,7 @@ from typing import Any
 from asrkit.config import AsrkitConfig
 from asrkit.data.io import atomic_write
 from asrkit.errors import ConfigError, DataError
+from asrkit.gmm.config import WfstConfig
 from asrkit.progress import cpu_seconds
 
 __all__ = ["DECODE_FILE", "decode_grid", "decode_run", "read_wer_line"]
@@ -33,14 +34,15 @@ DECODE_FILE = "decode.json"
 _WER = re.compile(r"%WER\s+([0-9.]+)\s+\[\s*(\d+)\s*/\s*(\d+)")
 
 
-def decode_grid(cfg: AsrkitConfig) -> dict[str, Any]:
-    """What ``cfg``'s decoding is (``decode.json``'s ``grid``): the LM weights and word
-    penalties it sweeps and the lattice search's beams, which decide the lattice swept."""
+def decode_grid(wfst: WfstConfig) -> dict[str, Any]:
+    """What decoding with ``wfst``'s settings is (``decode.json``'s ``grid``): the LM weights
+    and word penalties it sweeps and the lattice search's beams, which decide the lattice
+    swept."""
     return {
-        "lm_weights": [float(w) for w in cfg.wfst.lm_weights],
-        "word_penalties": [float(p) for p in cfg.wfst.word_penalties],
-        "beam": float(cfg.wfst.beam),
-        "lattice_beam": float(cfg.wfst.lattice_beam),
+        "lm_weights": [float(w) for w in wfst.lm_weights],
+        "word_penalties": [float(p) for p in wfst.word_penalties],
+        "beam": float(wfst.beam),
+        "lattice_beam": float(wfst.lattice_beam),
     }
 
 
@@ -99,7 +101,7 @@ def decode_run(cfg: AsrkitConfig, run_dir: Path) -> dict[str, Any]:
         "graph": str(graph),
         "tuned_on": cfg.decode.tune_set or cfg.data.dev_set,
         "setting": setting,
-        "grid": decode_grid(cfg),
+        "grid": decode_grid(cfg.wfst),
         "sets": sets,
         "seconds": round(seconds, 3),
         "cpu_s": round(cpu_s, 3),

@@ -97,14 +97,9 @@ def _default_grid() -> dict[str, Any]:
     named them, AN4's hybrid experiment's; for an experiment with other beams, such as
     ``so762_hybrid``'s 11 / 6, they would only make its runs decode again.)"""
     from asrkit.gmm.config import WfstConfig
+    from asrkit.study.decode import decode_grid
 
-    wfst = WfstConfig()
-    return {
-        "lm_weights": list(wfst.lm_weights),
-        "word_penalties": list(wfst.word_penalties),
-        "beam": float(wfst.beam),
-        "lattice_beam": float(wfst.lattice_beam),
-    }
+    return decode_grid(WfstConfig())
 
 
 def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:

@@ -385,7 +385,7 @@ def _decoding(plan: StudyPlan, cfg: AsrkitConfig) -> AsrkitConfig:
 def _expected(plan: StudyPlan, run: StudyRun, config_dir: str | Path) -> dict:
     cfg, overrides, lr = _run_config(plan, run, config_dir)
     inputs = _fingerprint(tuple(_input_files(cfg, plan.decode)))
-    grid = decode_grid(_decoding(plan, cfg)) if plan.decode else None
+    grid = decode_grid(_decoding(plan, cfg).wfst) if plan.decode else None
     return expected_record(run, overrides, lr, decoded=plan.decode, inputs=inputs, grid=grid)
 
 
