@@ -161,7 +161,7 @@ def _train(
     # The MFCCs stage 4 computes: 23 mel bins, 13 cepstra, the recipe's other settings.
     mfcc = FeatureConfig(kind="mfcc", num_mel_bins=23, num_ceps=13, nj=threads)
     make_gmm_data_dir(train_dir, work / "data" / "train", work / "mfcc", mfcc)
-    feats = GmmFeatures(work / "data" / "train")
+    feats = GmmFeatures(work / "data" / "train").in_memory()  # as stage 4 reads them
     stages["features"] = time.perf_counter() - t
     texts = read_data_dir(work / "data" / "train").text or {}
     frames = sum(read_utt2num_frames(work / "data" / "train" / "utt2num_frames").values())

@@ -20,7 +20,6 @@ from asrkit.errors import DataError
 from asrkit.gmm.config import GmmConfig
 from asrkit.gmm.feats import GmmFeatures
 from asrkit.gmm.lang import Lang
-from asrkit.gmm.model_io import transition_id_to_phone
 from asrkit.gmm.train import (
     AlignResult,
     GmmSystem,
@@ -116,7 +115,7 @@ def silence_weights(
 ) -> np.ndarray:
     """Per frame, ``silence_weight`` where the alignment is in a silence phone, else 1
     (Kaldi's ``weight-silence-post``)."""
-    phones = transition_id_to_phone(system.trans_model)[np.asarray(tids, dtype=np.int64)]
+    phones = system.tid2phone[np.asarray(tids, dtype=np.int64)]
     return np.where(np.isin(phones, system.lang.silence), silence_weight, 1.0)
 
 

@@ -9,6 +9,7 @@ are computed into a data dir of their own (``<exp>/gmm/data/<set>``) by
 
 from __future__ import annotations
 
+import copy
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
@@ -94,10 +95,14 @@ class GmmFeatures:
         data_dir: a data dir with ``feats.scp``, ``cmvn.scp`` (per speaker) and ``utt2spk``
             (see :func:`make_gmm_data_dir`).
         delta_order: 2 for Kaldi's ``train_deltas.sh`` features (0: none).
+
+    Each read opens the utterance's archive (training reads every utterance some 40 times
+    a system); :meth:`in_memory` keeps the MFCCs in memory instead.
     """
 
     def __init__(self, data_dir: str | Path, *, delta_order: int = 2) -> None:
         self.data_dir = Path(data_dir)
+        self._mfcc: dict[str, np.ndarray] | None = None
         self.data = read_data_dir(self.data_dir, require_text=False)
         self.scp = read_kaldi_map(self.data_dir / "feats.scp")
         cmvn = read_kaldi_map(self.data_dir / "cmvn.scp")
@@ -114,12 +119,34 @@ class GmmFeatures:
     def utt_ids(self) -> list[str]:
         return self.data.utt_ids
 
+    def in_memory(self) -> GmmFeatures:
+        """Read every utterance's MFCCs now and keep them (13 floats a frame: 50 MB for 3
+        hours of speech); later reads, in this process or in workers forked from it, take
+        them from memory. Returns ``self``."""
+        if self._mfcc is None:
+            self._mfcc = {}
+            for utt in self.utt_ids:
+                mfcc = self._read(utt)
+                mfcc.setflags(write=False)  # shared by every later read
+                self._mfcc[utt] = mfcc
+        return self
+
+    def with_delta_order(self, delta_order: int) -> GmmFeatures:
+        """The same features with ``delta_order`` deltas (the MFCCs kept in memory shared)."""
+        view = copy.copy(self)
+        view.delta_order = delta_order
+        return view
+
+    def _read(self, utt: str) -> np.ndarray:
+        return read_matrix(self.scp[utt])
+
     def __call__(self, utt: str) -> np.ndarray:
         """``(T, 13 * (delta_order + 1))`` float32 features of ``utt``."""
         spk = self.data.utt2spk[utt]
         if spk not in self._cmvn:
             raise DataError(f"{self.data_dir}/cmvn.scp: no stats for speaker {spk} (utterance {utt})")
-        feats = apply_cmvn(read_matrix(self.scp[utt]), self._cmvn[spk], norm_vars=False)
+        mfcc = self._mfcc.get(utt) if self._mfcc is not None else None
+        feats = apply_cmvn(self._read(utt) if mfcc is None else mfcc, self._cmvn[spk], norm_vars=False)
         return add_deltas(feats, order=self.delta_order) if self.delta_order else feats
 
     def __iter__(self) -> Iterator[tuple[str, np.ndarray]]:

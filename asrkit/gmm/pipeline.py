@@ -90,7 +90,7 @@ def train_systems(
     system, result = train_mono(lang, feats, texts, cfg, where=where, seed=seed)
     out.seconds["mono"] = time.perf_counter() - began
     _done(out, "mono", system, result, out_dir)
-    base = GmmFeatures(feats.data_dir, delta_order=0)
+    base = feats.with_delta_order(0)
     current: GmmFeatures | TransformedFeatures = feats
     for k, (kind, leaves, gauss) in enumerate(zip(cfg.kinds, cfg.tri_leaves, cfg.tri_gauss, strict=True), 1):
         began = time.perf_counter()

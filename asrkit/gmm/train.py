@@ -28,7 +28,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from asrkit.errors import DataError
 from asrkit.gmm.config import GmmConfig
 from asrkit.gmm.feats import GmmFeatures
 from asrkit.gmm.lang import Lang
-from asrkit.gmm.model_io import read_model, transition_id_to_pdf, write_model
+from asrkit.gmm.model_io import read_model, transition_id_to_pdf, transition_id_to_phone, write_model
 from asrkit.gmm.tree import (
     Tree,
     TreeStats,
@@ -67,10 +67,31 @@ class GmmSystem:
     ctx_dep: khg.ContextDependency
     trans_model: khg.TransitionModel
     am: khg.AmDiagGmm
+    #: ``(trans_model, tid2pdf, tid2phone)``: the tables are the transition model's structure
+    #: (its tuples and topology), which training never changes, and deriving them goes through
+    #: every tuple in Python, too slow to do for every utterance.
+    _tables: tuple[khg.TransitionModel, np.ndarray, np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def _derived(self) -> tuple[khg.TransitionModel, np.ndarray, np.ndarray]:
+        if self._tables is None or self._tables[0] is not self.trans_model:
+            model = self.trans_model
+            pdfs, phones = transition_id_to_pdf(model), transition_id_to_phone(model)
+            pdfs.setflags(write=False)  # shared by every caller
+            phones.setflags(write=False)
+            self._tables = (model, pdfs, phones)
+        return self._tables
 
     @property
     def tid2pdf(self) -> np.ndarray:
-        return transition_id_to_pdf(self.trans_model)
+        """``(num_transition_ids + 1,)`` the pdf of every transition-id (entry 0 unused)."""
+        return self._derived()[1]
+
+    @property
+    def tid2phone(self) -> np.ndarray:
+        """``(num_transition_ids + 1,)`` the phone of every transition-id (entry 0: 0)."""
+        return self._derived()[2]
 
     def save(self, out_dir: Path) -> None:
         """``final.mdl`` and ``tree`` in Kaldi's binary formats, plus ``phones.txt``."""

@@ -118,7 +118,7 @@ def gmm(ctx: StageContext) -> None:
     for name in _gmm_sets(ctx):
         make_gmm_data_dir(ctx.data_root / name, root / "data" / name, root / "mfcc", mfcc)
     train_set, dev_set = ctx.cfg.data.train_set, ctx.cfg.data.dev_set
-    feats = GmmFeatures(root / "data" / train_set)
+    feats = GmmFeatures(root / "data" / train_set).in_memory()
     all_texts = read_data_dir(root / "data" / train_set).text or {}
     # A speed-perturbed training set: the GMMs learn from the original speech, and every
     # copy is aligned by the last one (Kaldi's recipes align their _sp dirs the same way).

@@ -38,7 +38,7 @@ from asrkit.features.extractors import FeatureConfig
 from asrkit.gmm.config import GmmConfig
 from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
 from asrkit.gmm.lang import Lang, prepare_lang, read_symbols
-from asrkit.gmm.model_io import read_model, transition_id_to_pdf, write_model
+from asrkit.gmm.model_io import read_model, transition_id_to_pdf, transition_id_to_phone, write_model
 from asrkit.gmm.train import train_mono
 from asrkit.gmm.tree import read_tree
 from asrkit.targets.alignments import read_alignments
@@ -555,6 +555,34 @@ def test_gmm_training_is_reproducible(mono_inputs: MonoInputs, tmp_path: Path) -
     assert trained("a", 1) == trained("b", 1)
     # ... and mixed up to more Gaussians, too.
     assert trained("c", 150) == trained("d", 150)
+
+
+def test_features_kept_in_memory_train_the_same_model(
+    mono_inputs: MonoInputs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_disk = mono_inputs.feats
+    kept = GmmFeatures(on_disk.data_dir).in_memory()
+
+    def no_disk(utt: str) -> np.ndarray:
+        raise AssertionError(f"{utt} read from disk after in_memory()")
+
+    monkeypatch.setattr(kept, "_read", no_disk)
+    plain = kept.with_delta_order(0)
+    for utt in on_disk.utt_ids:
+        np.testing.assert_array_equal(kept(utt), on_disk(utt))
+        assert kept(utt).shape[1] == 39 and plain(utt).shape[1] == 13
+        np.testing.assert_array_equal(plain(utt), kept(utt)[:, :13])
+    cfg = GmmConfig(mono_iters=2, mono_gauss=150, mono_realign=[1], nj=1)
+    models = []
+    for feats in (on_disk, kept):
+        system, _ = train_mono(mono_inputs.lang, feats, mono_inputs.texts, cfg)
+        write_model(tmp_path / "final.mdl", system.trans_model, am_gmm=system.am)
+        models.append((tmp_path / "final.mdl").read_bytes())
+    assert models[0] == models[1]
+    # The transition tables are derived once per system, read-only, and what model_io derives.
+    np.testing.assert_array_equal(system.tid2phone, transition_id_to_phone(system.trans_model))
+    np.testing.assert_array_equal(system.tid2pdf, transition_id_to_pdf(system.trans_model))
+    assert system.tid2phone is system.tid2phone and not system.tid2pdf.flags.writeable
 
 
 # ---------------------------------------------------------------- bad inputs
