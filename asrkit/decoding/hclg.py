@@ -216,6 +216,7 @@ class GmmDecoder(HclgDecoder):
         return self.adaptation is not None and self.adaptation.alimdl is not None
 
     def prepare(self, data_dir: str | Path) -> Prepared:
+        from asrkit.decoding.wfst import first_pass_words
         from asrkit.gmm.adapt import TransformedFeatures, transforms_from_hypotheses
         from asrkit.gmm.feats import GmmFeatures
 
@@ -237,15 +238,8 @@ class GmmDecoder(HclgDecoder):
             alimdl = self.adaptation.alimdl
             with Progress(self.progress_label("first-pass scores", name), total=len(feats.utt_ids)) as p:
                 first_scores = {utt: alimdl.log_likelihoods(feats(utt)) for utt in p.each(feats.utt_ids)}
-            weight, penalty = self.first_pass
-            swept = self.search.sweep(
-                first_scores,
-                [weight],
-                word_penalties=[penalty],
-                nj=self.nj,
-                label=self.progress_label("first pass", name),
-            )
-            first = {utt: " ".join(words[self.first_pass]) for utt, words in swept.items()}
+            label = self.progress_label("first pass", name)
+            first = first_pass_words(self.search, first_scores, self.first_pass, nj=self.nj, label=label)
             speakers = transforms_from_hypotheses(
                 self.system,
                 alimdl,

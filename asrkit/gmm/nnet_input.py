@@ -401,6 +401,7 @@ class SpeakerAdapter:
     ) -> dict[str, np.ndarray]:
         """``(utt, samples, rate, where)`` of one speaker -> utt -> fbank and fMLLR
         features (and the speaker's i-vector) side by side (not normalised)."""
+        from asrkit.decoding.wfst import first_pass_words
         from asrkit.features.extractors import extract
         from asrkit.gmm.adapt import TransformedFeatures, transforms_from_hypotheses
 
@@ -414,14 +415,9 @@ class SpeakerAdapter:
         alimdl = self.adaptation.alimdl
         assert alimdl is not None
         scores = {utt: alimdl.log_likelihoods(si(utt)) for utt in si.utt_ids}
-        swept = self.search.sweep(
-            scores,
-            [self.first_pass[0]],
-            word_penalties=[self.first_pass[1]],
-            nj=1,
-            label=f"first pass ({self.system_dir.name}, one speaker)",
+        first = first_pass_words(
+            self.search, scores, self.first_pass, label=f"first pass ({self.system_dir.name}, one speaker)"
         )
-        first = {utt: " ".join(words[self.first_pass]) for utt, words in swept.items()}
         speakers = transforms_from_hypotheses(
             self.system, alimdl, si, first, self.gmm, silence_weight=self.gmm.fmllr_silence_weight
         )

@@ -24,8 +24,8 @@ import kaldifst
 import numpy as np
 import pytest
 
-from asrkit.decoding.wfst import NEVER, WfstDecoder, pdf_log_likelihoods
-from asrkit.errors import DataError
+from asrkit.decoding.wfst import NEVER, WfstDecoder, first_pass_words, pdf_log_likelihoods
+from asrkit.errors import ConfigError, DataError
 from asrkit.gmm.graph import (
     _build_hclg,
     check_g,
@@ -380,6 +380,28 @@ def test_sweep_in_two_jobs_equals_one_utterance_at_a_time(tri: Setup) -> None:
     alone = _decoder(tri)
     for utt, loglikes in scores.items():
         assert swept[utt] == alone.decode_with_scales(loglikes, weights, word_penalties=penalties, utt=utt)
+
+
+def test_best_words_and_the_first_pass_equal_the_lattice_at_their_point(tri: Setup) -> None:
+    rng = np.random.default_rng(12)
+    scores = {
+        f"u{k}": rng.normal(0.0, 3.0, size=(T + k, tri.trans_model.num_pdfs)).astype(np.float32)
+        for k in range(6)
+    }
+    weights, penalties = [2.0, 10.0], [0.0, 1.5]
+    swept = _decoder(tri).sweep(scores, weights, word_penalties=penalties)
+    for weight in weights:
+        decoder = _decoder(tri)
+        best = decoder.best_words(scores, weight, nj=2)
+        assert list(best) == list(scores) and decoder.num_decoded == len(scores)
+        assert best == {utt: swept[utt][(weight, 0.0)] for utt in scores}, weight
+        # The first pass: the best path search without a penalty, the lattice with one.
+        for penalty in penalties:
+            first = first_pass_words(_decoder(tri), scores, (weight, penalty))
+            assert first == {utt: " ".join(swept[utt][(weight, penalty)]) for utt in scores}
+    assert any(swept[u][(2.0, 0.0)] != swept[u][(10.0, 0.0)] for u in scores), "the weight should matter"
+    with pytest.raises(ConfigError, match="LM weight 0"):
+        _decoder(tri).best_words(scores, 0.0)
 
 
 def test_utterance_that_reaches_no_final_state_gives_partial_output(mono: Setup, caplog) -> None:
