@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import _kaldifst
 import kaldi_decoder as kd
@@ -41,6 +41,8 @@ from asrkit.progress import Progress, counted, map_forked
 from asrkit.sigstack import quiet_worker
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: Log-likelihood given to pdfs whose prior is below the floor: they never win (Kaldi nnet1's
 #: ``--prior-floor`` treatment), yet costs stay finite for the search.
@@ -496,24 +498,12 @@ class WfstDecoder:
         (tri1, 6 weight settings)``); they count utterances, as each lattice is rescored at
         every point at once."""
         utts = list(scores)
-        nj = max(1, min(nj, len(utts)))
-        _SWEEP.update(
-            decoder=self, scores=scores, lm_weights=list(lm_weights), penalties=list(word_penalties)
-        )
-        try:
-            with Progress(label, total=len(utts)) as progress:
-                if nj == 1:
-                    parts = [_sweep_chunk(utts)]
-                else:
-                    # Every nj-th utterance: similar lengths in each job, so they end together.
-                    jobs = [(utts[j::nj],) for j in range(nj)]
-                    parts = map_forked(_sweep_chunk, jobs, nj=nj, progress=progress, initializer=quiet_worker)
-        finally:
-            _SWEEP.clear()
+        shared = {"lm_weights": list(lm_weights), "penalties": list(word_penalties)}
+        parts = _in_jobs(_sweep_chunk, self, scores, nj=nj, label=label, shared=shared)
         found: dict[str, dict[tuple[float, float], list[str]]] = {}
         for words, partial in parts:
             found.update(words)
-            if nj > 1:
+            if len(parts) > 1:  # one job ran here, on this decoder's own counts
                 self.num_decoded += len(words)
                 self.num_partial += partial
         return {utt: found[utt] for utt in utts}
@@ -546,29 +536,43 @@ class WfstDecoder:
             min_active=self.min_active,
             acoustic_scale=1.0 / lm_weight,
         )
-        utts = list(scores)
-        nj = max(1, min(nj, len(utts)))
-        _SWEEP.update(decoder=search, scores=scores)
-        try:
-            with Progress(label, total=len(utts)) as progress:
-                if nj == 1:
-                    parts = [_best_chunk(utts)]
-                else:
-                    jobs = [(utts[j::nj],) for j in range(nj)]
-                    parts = map_forked(_best_chunk, jobs, nj=nj, progress=progress, initializer=quiet_worker)
-        finally:
-            _SWEEP.clear()
         found: dict[str, list[str]] = {}
-        for words, partial in parts:
+        for words, partial in _in_jobs(_best_chunk, search, scores, nj=nj, label=label):
             found.update(words)
             self.num_decoded += len(words)
             self.num_partial += partial
-        return {utt: found[utt] for utt in utts}
+        return {utt: found[utt] for utt in scores}
 
 
 # Fork-shared state of one WfstDecoder.sweep or best_words (set before the pool forks; read
 # by workers).
 _SWEEP: dict[str, Any] = {}
+
+
+def _in_jobs(
+    chunk: Callable[[list[str]], _T],
+    decoder: WfstDecoder,
+    scores: Mapping[str, np.ndarray],
+    *,
+    nj: int,
+    label: str,
+    shared: Mapping[str, Any] | None = None,
+) -> list[_T]:
+    """``chunk`` over the utterances of ``scores`` here (one job) or in ``nj`` forked
+    workers, each taking every nj-th utterance (similar lengths in each job, so they end
+    together), with ``decoder``, ``scores`` and ``shared`` in :data:`_SWEEP` for the
+    workers; progress counts utterances."""
+    utts = list(scores)
+    nj = max(1, min(nj, len(utts)))
+    try:
+        _SWEEP.update(shared or {}, decoder=decoder, scores=scores)
+        with Progress(label, total=len(utts)) as progress:
+            if nj == 1:
+                return [chunk(utts)]
+            jobs = [(utts[j::nj],) for j in range(nj)]
+            return map_forked(chunk, jobs, nj=nj, progress=progress, initializer=quiet_worker)
+    finally:
+        _SWEEP.clear()
 
 
 def _best_chunk(utts: list[str]) -> tuple[dict[str, list[str]], int]:
