@@ -371,6 +371,8 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "data.corpus_dirs": {},
     # Stage 5 may decode the last GMM system only (2026-11-29).
     "wfst.gmm_systems": "all",
+    # Two-pass decoding may estimate the test speakers' transforms twice (2026-11-29).
+    "wfst.fmllr_estimates": 1,
 }
 
 

@@ -160,6 +160,9 @@ class GmmDecoder(HclgDecoder):
     Args:
         system_dir: the system's exp dir (its ``final.mat``, ``final.alimdl``).
         first_pass: (LM weight, word penalty) of a SAT system's first pass.
+        fmllr_estimates: how often the test speakers' transforms are estimated (1: from
+            the first pass; 2: again from the adapted pass's hypotheses, as Kaldi's final
+            fMLLR; :func:`~asrkit.gmm.adapt.adapt_test_speakers`).
         adapt: the ``gmm`` settings the test speakers' alignments and transforms use.
         The rest: as :class:`HclgDecoder`.
     """
@@ -179,6 +182,7 @@ class GmmDecoder(HclgDecoder):
         transitions: str | Path,
         system_dir: str | Path | None = None,
         first_pass: Point = (12.0, 0.0),
+        fmllr_estimates: int = 1,
         adapt: GmmConfig | None = None,
         nj: int = 1,
     ) -> None:
@@ -190,6 +194,7 @@ class GmmDecoder(HclgDecoder):
         self.features_root, self._rate = Path(features_root), sample_rate
         self.adaptation = Adaptation.read(Path(system_dir), system.lang) if system_dir is not None else None
         self.first_pass = (float(first_pass[0]), float(first_pass[1]))
+        self.fmllr_estimates = fmllr_estimates
         self.adapt = adapt or GmmConfig()
         self._aligner: WordAligner | None = None
 
@@ -216,8 +221,7 @@ class GmmDecoder(HclgDecoder):
         return self.adaptation is not None and self.adaptation.alimdl is not None
 
     def prepare(self, data_dir: str | Path) -> Prepared:
-        from asrkit.decoding.wfst import first_pass_words
-        from asrkit.gmm.adapt import TransformedFeatures, transforms_from_hypotheses
+        from asrkit.gmm.adapt import TransformedFeatures, adapt_test_speakers
         from asrkit.gmm.feats import GmmFeatures
 
         name = Path(data_dir).name
@@ -235,22 +239,26 @@ class GmmDecoder(HclgDecoder):
             feats = self.adaptation.features(GmmFeatures(gmm_data, delta_order=0), speakers=False)
         if self.two_pass:
             assert self.adaptation is not None and self.adaptation.alimdl is not None
-            alimdl = self.adaptation.alimdl
-            with Progress(self.progress_label("first-pass scores", name), total=len(feats.utt_ids)) as p:
-                first_scores = {utt: alimdl.log_likelihoods(feats(utt)) for utt in p.each(feats.utt_ids)}
-            label = self.progress_label("first pass", name)
-            first = first_pass_words(self.search, first_scores, self.first_pass, nj=self.nj, label=label)
-            speakers = transforms_from_hypotheses(
+            adapted = adapt_test_speakers(
                 self.system,
-                alimdl,
+                self.adaptation.alimdl,
                 feats,
-                first,
+                self.search,
+                self.first_pass,
                 self.adapt,
-                silence_weight=self.adapt.fmllr_silence_weight,
+                estimates=self.fmllr_estimates,
+                nj=self.nj,
+                label=self.progress_label("first pass", name),
                 where=f"{gmm_data} (first-pass hypotheses)",
             )
-            extra.update(first_pass=first, speakers=speakers, first_pass_seconds=time.monotonic() - began)
-            feats = TransformedFeatures(feats.base, feats.transform, context=feats.context, speakers=speakers)
+            extra.update(
+                first_pass=adapted.first_pass,
+                speakers=adapted.speakers,
+                first_pass_seconds=time.monotonic() - began,
+            )
+            feats = TransformedFeatures(
+                feats.base, feats.transform, context=feats.context, speakers=adapted.speakers
+            )
         with Progress(self.progress_label("acoustic scores", name), total=len(feats.utt_ids)) as p:
             scores = {utt: self.system.log_likelihoods(feats(utt)) for utt in p.each(feats.utt_ids)}
         frames = sum(s.shape[0] for s in scores.values())
@@ -268,6 +276,7 @@ class GmmDecoder(HclgDecoder):
         settings = self._settings()
         if self.two_pass:
             settings["first_pass"] = list(self.first_pass)
+            settings["fmllr_estimates"] = self.fmllr_estimates
         return DecodingRecord(kind="gmm", weights=list(point), tuned_on=tuned_on, settings=settings)
 
 

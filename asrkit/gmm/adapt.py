@@ -48,7 +48,9 @@ __all__ = [
     "FINAL_MAT",
     "TRANSFORMS",
     "Adaptation",
+    "TestAdaptation",
     "TransformedFeatures",
+    "adapt_test_speakers",
     "align_adapted",
     "alignment_model",
     "system_features",
@@ -488,6 +490,70 @@ def transforms_from_hypotheses(
         may_fail=frozenset(graphs),
     )
     return adapted.speakers
+
+
+@dataclass
+class TestAdaptation:
+    """A set's test speakers adapted from their own audio (:func:`adapt_test_speakers`):
+    the speaker-independent first pass's hypotheses, each speaker's final transform, and
+    the hypotheses of every adapted pass the transforms were re-estimated from."""
+
+    first_pass: dict[str, str]
+    speakers: dict[str, np.ndarray]
+    adapted_passes: list[dict[str, str]] = field(default_factory=list)
+
+
+def adapt_test_speakers(
+    system: GmmSystem,
+    alimdl: GmmSystem,
+    si_feats: TransformedFeatures,
+    search: Any,
+    point: tuple[float, float],
+    cfg: GmmConfig,
+    *,
+    estimates: int = 1,
+    nj: int = 1,
+    label: str = "first pass",
+    where: str = "first-pass hypotheses",
+) -> TestAdaptation:
+    """The test speakers' fMLLR transforms of a SAT ``system`` from their audio alone, as
+    Kaldi's ``decode_fmllr.sh``: ``alimdl`` decodes the speaker-independent features
+    ``si_feats`` through ``search`` (a :class:`~asrkit.decoding.wfst.WfstDecoder`) at
+    ``point`` (LM weight, word penalty) and the transforms are estimated from those
+    hypotheses. With ``estimates`` > 1 the SAT model then decodes the adapted features
+    at the same point and the transforms are estimated again from its (better) hypotheses,
+    as ``decode_fmllr.sh``'s final fMLLR does from the adapted lattice. No reference is read.
+    """
+    from asrkit.decoding.wfst import first_pass_words
+    from asrkit.progress import Progress
+
+    if estimates < 1:
+        raise ValueError(f"estimates={estimates}: at least one")
+    with Progress(f"{label}: scores", total=len(si_feats.utt_ids)) as p:
+        scores = {utt: alimdl.log_likelihoods(si_feats(utt)) for utt in p.each(si_feats.utt_ids)}
+    first = first_pass_words(search, scores, point, nj=nj, label=label)
+    speakers = transforms_from_hypotheses(
+        system, alimdl, si_feats, first, cfg, silence_weight=cfg.fmllr_silence_weight, where=where
+    )
+    result = TestAdaptation(first, speakers)
+    for round_ in range(2, estimates + 1):
+        adapted = TransformedFeatures(
+            si_feats.base, si_feats.transform, context=si_feats.context, speakers=speakers
+        )
+        scores = {utt: system.log_likelihoods(adapted(utt)) for utt in adapted.utt_ids}
+        words = first_pass_words(search, scores, point, nj=nj, label=f"{label}, adapted pass {round_ - 1}")
+        speakers = transforms_from_hypotheses(
+            system,
+            alimdl,
+            si_feats,
+            words,
+            cfg,
+            silence_weight=cfg.fmllr_silence_weight,
+            where=f"{where} (adapted pass {round_ - 1})",
+        )
+        result.adapted_passes.append(words)
+        result.speakers = speakers
+    return result
 
 
 # ---------------------------------------------------------------- files

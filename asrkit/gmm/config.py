@@ -144,6 +144,10 @@ class WfstConfig:
         first_pass: (LM weight, word penalty) of a SAT system's speaker-independent first
             pass (its ``final.alimdl``), whose hypotheses the test speakers' fMLLR transforms
             are estimated from (Kaldi's ``decode_fmllr.sh`` takes acoustic scale 1/12).
+        fmllr_estimates: how many times two-pass decoding estimates the test speakers'
+            transforms: 1, from the first pass's hypotheses; 2, again from the hypotheses
+            of the SAT model on the adapted features (at the same point), as the final
+            fMLLR of Kaldi's ``decode_fmllr.sh`` is estimated from the adapted lattice.
         graph: the graph dir the hybrid model decodes through (``HCLG.fst``,
             ``words.txt``); empty: the last GMM system's (``gmm/<system>/graph``). A Kaldi
             graph dir (``exp/tri3/graph``) works too, for a model trained on that system's
@@ -169,6 +173,7 @@ class WfstConfig:
     prior_scale: float = 1.0
     nj: int = 2
     first_pass: list[float] = field(default_factory=lambda: [12.0, 0.0])
+    fmllr_estimates: int = 1
     graph: str = ""
     gmm_systems: str = "all"
 
@@ -189,6 +194,11 @@ class WfstConfig:
             problems.append(f"wfst.nj={self.nj}: at least 1 decoding job")
         if len(self.first_pass) != 2 or self.first_pass[0] <= 0:
             problems.append(f"wfst.first_pass={self.first_pass}: [LM weight > 0, word penalty]")
+        if self.fmllr_estimates not in (1, 2):
+            problems.append(
+                f"wfst.fmllr_estimates={self.fmllr_estimates}: 1 (from the first pass) or 2 (again "
+                "from the adapted pass)"
+            )
         if not 0 < self.prior_floor < 1:
             problems.append(f"wfst.prior_floor={self.prior_floor}: in (0, 1)")
         if not 0 <= self.prior_scale <= 1:

@@ -353,7 +353,7 @@ class SpeakerAdapter:
         system_dir: the SAT system (``final.mdl``, ``final.alimdl``, ``final.mat``, ``tree``,
             ``graph/``) in a GMM dir whose ``lang/`` it was trained with.
         gmm: the ``gmm`` settings (alignment beams, fMLLR silence weight).
-        wfst: the ``wfst`` settings (the first pass's beams and point).
+        wfst: the ``wfst`` settings (the first pass's beams and point, ``fmllr_estimates``).
         mfcc: the GMM stage's MFCC settings.
         ivectors: the i-vector extractor of a model trained with them (``align.ivector_dim``):
             the speaker's i-vector joins the features.
@@ -385,6 +385,7 @@ class SpeakerAdapter:
         self.adaptation, self.ivectors = adaptation, ivectors
         self.gmm, self.mfcc = gmm, dataclasses.replace(mfcc, resample=True)
         self.first_pass = (float(wfst.first_pass[0]), float(wfst.first_pass[1]))
+        self.fmllr_estimates = wfst.fmllr_estimates
         self.search = wfst_search(
             load_graph_dir(self.system_dir / "graph"),
             self.system.trans_model,
@@ -401,9 +402,8 @@ class SpeakerAdapter:
     ) -> dict[str, np.ndarray]:
         """``(utt, samples, rate, where)`` of one speaker -> utt -> fbank and fMLLR
         features (and the speaker's i-vector) side by side (not normalised)."""
-        from asrkit.decoding.wfst import first_pass_words
         from asrkit.features.extractors import extract
-        from asrkit.gmm.adapt import TransformedFeatures, transforms_from_hypotheses
+        from asrkit.gmm.adapt import TransformedFeatures, adapt_test_speakers
 
         speaker = "speaker"
         mfcc = {utt: extract(s, r, self.mfcc, utt=utt, where=w) for utt, s, r, w in recordings}
@@ -414,13 +414,16 @@ class SpeakerAdapter:
         )
         alimdl = self.adaptation.alimdl
         assert alimdl is not None
-        scores = {utt: alimdl.log_likelihoods(si(utt)) for utt in si.utt_ids}
-        first = first_pass_words(
-            self.search, scores, self.first_pass, label=f"first pass ({self.system_dir.name}, one speaker)"
-        )
-        speakers = transforms_from_hypotheses(
-            self.system, alimdl, si, first, self.gmm, silence_weight=self.gmm.fmllr_silence_weight
-        )
+        speakers = adapt_test_speakers(
+            self.system,
+            alimdl,
+            si,
+            self.search,
+            self.first_pass,
+            self.gmm,
+            estimates=self.fmllr_estimates,
+            label=f"first pass ({self.system_dir.name}, one speaker)",
+        ).speakers
         adapted = TransformedFeatures(si.base, si.transform, context=si.context, speakers=speakers)
         vector = self.ivectors.extract(si(u) for u in si.utt_ids) if self.ivectors is not None else None
         out = {}

@@ -275,6 +275,7 @@ def gmm_decode(ctx: StageContext) -> None:
             transitions=root / system_name / "final.mdl",
             system_dir=root / system_name,
             first_pass=tuple(ctx.cfg.wfst.first_pass),  # type: ignore[arg-type]
+            fmllr_estimates=ctx.cfg.wfst.fmllr_estimates,
             adapt=ctx.cfg.gmm,
             nj=ctx.cfg.wfst.nj,
         )
