@@ -377,11 +377,28 @@ def _cost(out: Path, runs: list[Run]) -> str:
         sittings = json.loads(path.read_text())
         hours = sum(s["seconds"] for s in sittings) / 3600
         jobs = sorted({s["jobs"] for s in sittings})
+        finished = sum(s["runs_finished"] for s in sittings)
         text += (
-            f"Sittings recorded whole: {len(sittings)}, {hours:.2f} hours of wall time, "
-            f"{'/'.join(map(str, jobs))} run(s) at a time, "
-            f"{sum(s['runs_finished'] for s in sittings)} runs finished in them.\n"
+            f"Sittings recorded whole: {len(sittings)}, {hours:.2f} hours of wall time (pauses "
+            f"and other work on the machine included), {'/'.join(map(str, jobs))} run(s) at a time; "
+            f"{finished} runs finished in them"
+            + (
+                f", {finished - len(runs)} more than are kept (runs dropped or done again: the "
+                "cost of the study as it happened)"
+                if finished > len(runs)
+                else ""
+            )
+            + ".\n"
         )
+        timed = [s for s in sittings if "cpu_s" in s]
+        if timed:
+            core_hours = sum(s["cpu_s"] for s in timed) / 3600
+            machine_hours = sum(s["cpu_s"] / s["cores"] for s in timed) / 3600
+            text += (
+                f"The {len(timed)} sitting{'s' if len(timed) > 1 else ''} that recorded processor time "
+                f"used {core_hours:.2f} core-hours in all (every run they started, finished or not, "
+                f"with its decoding): {machine_hours:.2f} hours of the whole machine, every core busy.\n"
+            )
     return text
 
 

@@ -18,6 +18,8 @@ import functools
 import json
 import logging
 import multiprocessing
+import os
+import resource
 import signal
 import time
 from collections.abc import Iterator, Set
@@ -145,12 +147,21 @@ def _run_study(
     return counts
 
 
+def _processor_seconds() -> float:
+    """This process's user and system time and its children's, every level down that was
+    waited for (the simulations' workers, their decoding jobs)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 @contextmanager
 def _sitting(out: Path, jobs: int, counts: dict[str, int]) -> Iterator[None]:
-    """Record this sitting of the study (its wall time, jobs and runs finished) in
-    ``<out>/sittings.json``, however it ends (a stop included), so the report can say what
-    the whole study cost across restarts."""
-    began, started = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S")
+    """Record this sitting of the study (its wall time, the processor time it and its
+    workers used, jobs and runs finished) in ``<out>/sittings.json``, however it ends (a
+    stop included), so the report can say what the whole study cost across restarts: the
+    processor time counts the work of runs that were stopped or later dropped too, and not
+    the time the sitting spent paused (SIGSTOP) or waiting for the machine."""
+    began, started, cpu = time.monotonic(), time.strftime("%Y-%m-%d %H:%M:%S"), _processor_seconds()
     try:
         yield
     finally:
@@ -160,6 +171,8 @@ def _sitting(out: Path, jobs: int, counts: dict[str, int]) -> Iterator[None]:
                 {
                     "started": started,
                     "seconds": round(time.monotonic() - began, 1),
+                    "cpu_s": round(_processor_seconds() - cpu, 1),
+                    "cores": os.cpu_count() or 1,
                     "jobs": jobs,
                     "runs_finished": counts["run_now"],
                 },

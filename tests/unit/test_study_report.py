@@ -96,6 +96,50 @@ def test_the_cost_counts_processor_time_and_the_decoding_where_recorded(tmp_path
     )
 
 
+def test_the_sittings_line_says_what_was_dropped_and_the_processor_time_of_every_run_started(
+    tmp_path,
+) -> None:
+    """Seen in the study: its sittings line said 52 runs finished where 23 were kept (the
+    others dropped with their inputs), and its wall hours counted CI pauses."""
+    import json
+
+    from asrkit.study.report import _cost, load_runs
+
+    out = tmp_path / "study"
+    _record(out, "sync", 4, 8, [3.0, 2.0], ["equal_speed"])
+    sittings = [
+        {"started": "a", "seconds": 7200.0, "jobs": 2, "runs_finished": 3},  # before cpu_s
+        {"started": "b", "seconds": 9000.0, "cpu_s": 10800.0, "cores": 2, "jobs": 2, "runs_finished": 1},
+        {"started": "c", "seconds": 3600.0, "cpu_s": 7200.0, "cores": 4, "jobs": 2, "runs_finished": 1},
+    ]
+    (out / "sittings.json").write_text(json.dumps(sittings))
+    text = _cost(out, load_runs(out))
+    assert "Sittings recorded whole: 3, 5.50 hours of wall time" in text
+    assert "5 runs finished in them, 4 more than are kept" in text
+    assert "The 2 sittings that recorded processor time used 5.00 core-hours in all" in text
+    assert "2.00 hours of the whole machine" in text  # 3 h on 2 cores, 2 h on 4
+    (out / "sittings.json").write_text(json.dumps(sittings[:1]))
+    text = _cost(out, load_runs(out))
+    assert "more than are kept" in text and "recorded processor time" not in text
+
+
+def test_a_sitting_records_the_processor_time_of_its_workers(tmp_path) -> None:
+    """``cpu_s`` counts the children the sitting waited for (the runs' processes), not
+    only its own."""
+    import json
+    import subprocess
+    import sys
+
+    from asrkit.study.runner import _sitting
+
+    counts = {"run_now": 1}
+    with _sitting(tmp_path, 2, counts):
+        busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"
+        subprocess.run([sys.executable, "-c", busy], check=True)
+    (sitting,) = json.loads((tmp_path / "sittings.json").read_text())
+    assert sitting["cpu_s"] >= 0.5 and sitting["cores"] >= 1 and sitting["runs_finished"] == 1
+
+
 def test_a_study_with_its_plan_and_no_run_kept_reports_none_finished(tmp_path) -> None:
     """A study whose runs were all dropped (made on inputs no machine makes again) still
     reports: nothing finished, every planned run listed; without a plan it is an error."""
