@@ -468,11 +468,78 @@ def test_max_steps_stops_training_early(feature_dir: Path, tokenizer: Tokenizer,
     reason="glibc's mallopt only",
 )
 def test_training_processes_keep_freed_memory_for_reuse() -> None:
-    from asrkit.training import allocator
+    """A step's blocks of up to 32 MB freed and allocated again reuse pages already
+    mapped once ``retain_freed_memory`` is set (glibc's defaults map and unmap them, or
+    trim them off the heap, every step), and the simulator's ``map_large_blocks`` maps
+    them again. In fresh processes: the setting is process-wide."""
+    import subprocess
+    import sys
 
-    # glibc accepts both settings (mallopt returns 1); a second call changes nothing.
-    assert allocator.retain_freed_memory() is True
-    assert allocator.retain_freed_memory() is True
+    probe = """
+import resource, sys
+import torch
+from asrkit.training import allocator
+for setting in sys.argv[1:]:
+    assert getattr(allocator, setting)() is True
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(4):  # a step's blocks (torch: 4 KB pages), allocated, touched, freed
+    before = faults()
+    blocks = [torch.ones(n << 20, dtype=torch.uint8) for n in (8, 16, 24)]
+    del blocks
+print(faults() - before)  # the last step's
+"""
+    pages = (48 << 20) // 4096
+
+    def faults(*settings: str) -> int:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *settings], capture_output=True, text=True, check=True
+        )
+        return int(done.stdout.split()[-1])
+
+    assert faults() > pages // 2  # glibc's default: mapped afresh every step
+    assert faults("retain_freed_memory") < pages // 20  # the heap's pages reused
+    assert faults("retain_freed_memory", "map_large_blocks") > pages // 2
+
+
+@pytest.mark.skipif(
+    not Path("/lib/x86_64-linux-gnu/libc.so.6").exists()
+    and not Path("/usr/lib/x86_64-linux-gnu/libc.so.6").exists(),
+    reason="glibc's mallopt only",
+)
+def test_where_the_blocks_come_from_does_not_change_the_numbers(tmp_path: Path) -> None:
+    """A few BLSTM steps with frame CE on random data (blocks above glibc's mmap threshold)
+    give bitwise the same weights with the training allocator's settings as without."""
+    import subprocess
+    import sys
+
+    probe = """
+import sys
+import torch
+import torch.nn.functional as F
+from asrkit.models.lstm import ModelConfig, build_model
+from asrkit.training import allocator
+if sys.argv[2] == "retain":
+    assert allocator.retain_freed_memory()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+shape = ModelConfig(size="demo", hidden=64, layers=2, stack=1, subsample=1, num_classes=300)
+model = build_model(shape, input_dim=40, num_tokens=10)
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+x, lengths = torch.randn(16, 300, 40), torch.full((16,), 300)
+y = torch.randint(0, 300, (16 * 300,))
+for _ in range(3):
+    loss = F.cross_entropy(model(x, lengths)["frame"].flatten(0, 1), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+torch.save(model.state_dict(), sys.argv[1])
+"""
+    for how in ("default", "retain"):
+        subprocess.run([sys.executable, "-c", probe, str(tmp_path / how), how], check=True)
+    default, retain = (torch.load(tmp_path / how) for how in ("default", "retain"))
+    assert default.keys() == retain.keys()
+    assert all(torch.equal(default[k], retain[k]) for k in default)
 
 
 def test_in_memory_alignments_leave_the_callers_utterances_alone() -> None:
