@@ -373,6 +373,8 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "wfst.gmm_systems": "all",
     # Two-pass decoding may estimate the test speakers' transforms twice (2026-11-29).
     "wfst.fmllr_estimates": 1,
+    # SpecAugment's frequency masks may stay within the fbank of a joined input (2026-11-30).
+    "specaug.freq_dims": 0,
 }
 
 

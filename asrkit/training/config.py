@@ -125,6 +125,10 @@ class SpecAugConfig:
         freq_masks / freq_width: number of frequency masks, widest mask in bins.
         time_masks / time_width: number of time masks, widest mask in frames.
         time_ratio: a time mask never covers more than this fraction of the utterance.
+        freq_dims: frequency masks fall within the input's first ``freq_dims`` dims (0: any
+            dim). The hybrid's joined input (``align.fmllr``) is the fbank's bins, then the
+            fMLLR features (and an i-vector): set it to ``features.num_mel_bins`` so the
+            masks stay in the filterbank, where neighbouring dims are neighbouring bands.
     """
 
     enabled: bool = True
@@ -133,6 +137,7 @@ class SpecAugConfig:
     time_masks: int = 2
     time_width: int = 25
     time_ratio: float = 0.1
+    freq_dims: int = 0
 
     def check(self) -> None:
         counts = {
@@ -140,6 +145,7 @@ class SpecAugConfig:
             "freq_width": self.freq_width,
             "time_masks": self.time_masks,
             "time_width": self.time_width,
+            "freq_dims": self.freq_dims,
         }
         problems = [f"specaug.{name}={value} must be >= 0" for name, value in counts.items() if value < 0]
         if not 0 <= self.time_ratio <= 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from asrkit.errors import ConfigError
 from asrkit.training.config import SpecAugConfig
 
 
@@ -12,14 +13,21 @@ def spec_augment(
 ) -> torch.Tensor:
     """Mask ``feats`` ``(B, T, F)`` (normalised, so 0 is the mean) and return a copy.
 
-    Each utterance gets ``freq_masks`` bands of up to ``freq_width`` bins and
-    ``time_masks`` spans of up to ``min(time_width, time_ratio x length)`` frames,
-    drawn from ``generator`` so a seeded run masks the same way every time.
+    Each utterance gets ``freq_masks`` bands of up to ``freq_width`` bins (within the
+    first ``freq_dims`` dims, where set) and ``time_masks`` spans of up to
+    ``min(time_width, time_ratio x length)`` frames, drawn from ``generator`` so a seeded
+    run masks the same way every time.
     """
     if not cfg.enabled:
         return feats
     out = feats.clone()
     batch, _, dim = feats.shape
+    if cfg.freq_dims > dim:
+        raise ConfigError(
+            f"specaug.freq_dims={cfg.freq_dims}, but the input has {dim} dims: set it to the "
+            f"filterbank's bins within them (features.num_mel_bins), or 0 to mask any dim"
+        )
+    span = cfg.freq_dims or dim
 
     def draw(high: int) -> int:
         return int(torch.randint(0, max(1, high), (1,), generator=generator))
@@ -27,8 +35,8 @@ def spec_augment(
     for b in range(batch):
         length = int(lengths[b])
         for _ in range(cfg.freq_masks):
-            width = draw(cfg.freq_width + 1)
-            start = draw(dim - width + 1)
+            width = draw(min(cfg.freq_width, span) + 1)
+            start = draw(span - width + 1)
             out[b, :, start : start + width] = 0.0
         limit = min(cfg.time_width, int(cfg.time_ratio * length))
         for _ in range(cfg.time_masks):

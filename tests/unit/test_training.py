@@ -12,7 +12,7 @@ import asrkit
 from asrkit.config import DEFAULT_CONFIG_DIR, compose, to_object
 from asrkit.data.datadir import read_kaldi_map
 from asrkit.decoding.greedy import greedy_ctc
-from asrkit.errors import DataError
+from asrkit.errors import ConfigError, DataError
 from asrkit.loader.batch import Utterance, collate, plan_buckets
 from asrkit.models import MODEL_SIZES, ModelConfig, build_model
 from asrkit.models.checkpoint import build_from_meta, load_model_bundle, save_checkpoint
@@ -367,3 +367,28 @@ def test_stacking_only_the_kept_frames_gives_the_same_features(
     model = LSTMAcousticModel(5, 4, hidden=4, layers=1, stack=stack, subsample=subsample)
     feats = torch.randn(3, frames, 5)
     assert torch.equal(model._stack(feats), _stack_every_frame(feats, stack, subsample))
+
+
+def test_specaugment_frequency_masks_stay_within_freq_dims() -> None:
+    """With a joined input (fbank bins, then fMLLR features) the frequency masks fall in the
+    first ``freq_dims`` dims only; the time masks still cover every dim of their frames."""
+    feats = torch.ones(16, 50, 30)
+    lengths = torch.full((16,), 50)
+    cfg = SpecAugConfig(freq_masks=2, freq_width=8, time_masks=0, freq_dims=10)
+    out = spec_augment(feats, lengths, cfg, torch.Generator().manual_seed(0))
+    assert (out[:, :, :10] == 0).any() and bool((out[:, :, 10:] == 1).all())
+    timed = spec_augment(
+        feats,
+        lengths,
+        SpecAugConfig(freq_masks=0, time_width=20, time_ratio=0.5, freq_dims=10),
+        torch.Generator().manual_seed(0),
+    )
+    masked_frames = (timed == 0).all(dim=2)
+    assert masked_frames.any() and bool(((timed == 0).any(dim=2) == masked_frames).all())
+    # 0 (the default) masks anywhere, drawing as before the setting existed
+    anywhere = spec_augment(feats, lengths, SpecAugConfig(time_masks=0), torch.Generator().manual_seed(0))
+    assert (anywhere[:, :, 10:] == 0).any()
+    with pytest.raises(ConfigError, match=r"specaug.freq_dims=40, but the input has 30 dims"):
+        spec_augment(feats, lengths, SpecAugConfig(freq_dims=40), torch.Generator().manual_seed(0))
+    with pytest.raises(ConfigError, match=r"^specaug.freq_dims=-1 must be >= 0$"):
+        compose(["specaug.freq_dims=-1"])
