@@ -529,19 +529,13 @@ def adapt_test_speakers(
 
     if estimates < 1:
         raise ValueError(f"estimates={estimates}: at least one")
-    with Progress(f"{label}: scores", total=len(si_feats.utt_ids)) as p:
-        scores = {utt: alimdl.log_likelihoods(si_feats(utt)) for utt in p.each(si_feats.utt_ids)}
-    first = first_pass_words(search, scores, point, nj=nj, label=label)
-    speakers = transforms_from_hypotheses(
-        system, alimdl, si_feats, first, cfg, silence_weight=cfg.fmllr_silence_weight, where=where
-    )
-    result = TestAdaptation(first, speakers)
-    for round_ in range(2, estimates + 1):
-        adapted = TransformedFeatures(
-            si_feats.base, si_feats.transform, context=si_feats.context, speakers=speakers
-        )
-        scores = {utt: system.log_likelihoods(adapted(utt)) for utt in adapted.utt_ids}
-        words = first_pass_words(search, scores, point, nj=nj, label=f"{label}, adapted pass {round_ - 1}")
+    result: TestAdaptation | None = None
+    model, feats = alimdl, si_feats  # the first pass: speaker-independent
+    for round_ in range(1, estimates + 1):
+        name = label if round_ == 1 else f"{label}, adapted pass {round_ - 1}"
+        with Progress(f"{name}: scores", total=len(feats.utt_ids)) as p:
+            scores = {utt: model.log_likelihoods(feats(utt)) for utt in p.each(feats.utt_ids)}
+        words = first_pass_words(search, scores, point, nj=nj, label=name)
         speakers = transforms_from_hypotheses(
             system,
             alimdl,
@@ -549,10 +543,19 @@ def adapt_test_speakers(
             words,
             cfg,
             silence_weight=cfg.fmllr_silence_weight,
-            where=f"{where} (adapted pass {round_ - 1})",
+            where=where if round_ == 1 else f"{where} (adapted pass {round_ - 1})",
         )
-        result.adapted_passes.append(words)
-        result.speakers = speakers
+        if result is None:
+            result = TestAdaptation(words, speakers)
+        else:
+            result.adapted_passes.append(words)
+            result.speakers = speakers
+        # the next estimate's hypotheses: the SAT model on the features these transforms adapt
+        model = system
+        feats = TransformedFeatures(
+            si_feats.base, si_feats.transform, context=si_feats.context, speakers=speakers
+        )
+    assert result is not None  # estimates >= 1
     return result
 
 
