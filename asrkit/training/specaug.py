@@ -35,7 +35,7 @@ def spec_augment(
     for b in range(batch):
         length = int(lengths[b])
         for _ in range(cfg.freq_masks):
-            width = draw(min(cfg.freq_width, span) + 1)
+            width = min(draw(cfg.freq_width + 1), span)  # the same draws as without freq_dims
             start = draw(span - width + 1)
             out[b, :, start : start + width] = 0.0
         limit = min(cfg.time_width, int(cfg.time_ratio * length))
