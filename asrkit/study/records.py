@@ -27,13 +27,25 @@ from typing import Any
 
 from asrkit.errors import DataError
 
-__all__ = ["DIVERGED_FILE", "RUN_FILES", "expected_record", "inputs_fingerprint", "read_record", "run_state"]
+__all__ = [
+    "DIVERGED_FILE",
+    "RUN_FILES",
+    "TRAINED_FILE",
+    "expected_record",
+    "inputs_fingerprint",
+    "read_record",
+    "run_state",
+]
 
 #: The files a finished run has (``learners.json`` is optional: a single learner has none).
 RUN_FILES = ("run.json", "sim.json", "train_summary.json")
 #: A run whose training diverged (its loss not a number) has this record instead of the
 #: simulation's: the step and the message; ``run.json`` says ``diverged``.
 DIVERGED_FILE = "diverged.json"
+#: A run trained and not yet decoded has this record (``run.json``'s, written before the
+#: decoding; ``run.json`` itself comes only once the decoding is back): stopped during its
+#: first decoding, the run's model is decoded next time, not trained again.
+TRAINED_FILE = "trained.json"
 #: What ``run.json`` must agree on with the plan for the run to count as the plan's.
 _COMPARED = ("overrides", "lr")
 
@@ -118,6 +130,8 @@ def run_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
 
 def _state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
     if not (where / "run.json").is_file():
+        if expected.get("decoded") and (where / TRAINED_FILE).is_file():
+            return _trained_state(where, expected)
         return "unfinished", "" if not where.exists() else f"{where / 'run.json'}: missing"
     needed: tuple[str, ...] = (*RUN_FILES, "decode.json") if expected.get("decoded") else RUN_FILES
     if "decode.json" in needed and not (where / "decode.json").exists():
@@ -138,13 +152,9 @@ def _state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
             f"{where / 'run.json'}: made on other inputs than the experiment's files now (its alignments "
             f"or graph: {theirs.get('inputs', 'not recorded')} there, {expected['inputs']} here)"
         )
-    differs = [k for k in _COMPARED if not isinstance(theirs, dict) or theirs.get(k) != expected.get(k)]
+    differs = _differs(theirs, expected)
     if differs:
-        shown = "; ".join(
-            f"{k}: {theirs.get(k) if isinstance(theirs, dict) else '?'} there, {expected.get(k)} here"
-            for k in differs
-        )
-        return "other", shown
+        return "other", differs
     if expected.get("decoded") and "decode.json" not in records and not theirs.get("diverged"):
         return "redecode", f"{where / 'decode.json'}: missing"
     if "decode_grid" in expected and "decode.json" in records:
@@ -157,3 +167,32 @@ def _state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
                 "or with other beams"
             )
     return "finished", ""
+
+
+def _differs(theirs: Any, expected: dict[str, Any]) -> str:
+    """What of ``_COMPARED`` a run's record has otherwise than ``expected`` ("" if nothing)."""
+    differs = [k for k in _COMPARED if not isinstance(theirs, dict) or theirs.get(k) != expected.get(k)]
+    return "; ".join(
+        f"{k}: {theirs.get(k) if isinstance(theirs, dict) else '?'} there, {expected.get(k)} here"
+        for k in differs
+    )
+
+
+def _trained_state(where: Path, expected: dict[str, Any]) -> tuple[str, str]:
+    """A run with ``trained.json`` and no ``run.json``: trained, stopped during its first
+    decoding. ``"redecode"`` when it was trained as the plan asks on the same inputs and its
+    records are whole, else ``"unfinished"`` (never finished, so never another run's to keep)."""
+    try:
+        theirs = read_record(where / TRAINED_FILE)
+        summary = read_record(where / "train_summary.json")
+        read_record(where / "sim.json")
+        if not isinstance(summary, dict) or "history" not in summary:
+            raise DataError(f"{where / 'train_summary.json'}: damaged (no history)")
+    except DataError as err:
+        return "unfinished", str(err)
+    if not isinstance(theirs, dict) or theirs.get("inputs") != expected.get("inputs"):
+        return "unfinished", f"{where / TRAINED_FILE}: trained on other inputs than the experiment's now"
+    differs = _differs(theirs, expected)
+    if differs:
+        return "unfinished", f"{where / TRAINED_FILE}: trained with other settings ({differs})"
+    return "redecode", f"{where / TRAINED_FILE}: trained, but stopped during its first decoding"

@@ -40,7 +40,14 @@ from asrkit.sim.network import Network
 from asrkit.stages.lock import experiment_lock
 from asrkit.study.decode import decode_grid, decode_run
 from asrkit.study.plan import StudyPlan, StudyRun
-from asrkit.study.records import DIVERGED_FILE, expected_record, inputs_fingerprint, read_record, run_state
+from asrkit.study.records import (
+    DIVERGED_FILE,
+    TRAINED_FILE,
+    expected_record,
+    inputs_fingerprint,
+    read_record,
+    run_state,
+)
 
 __all__ = ["run_study"]
 
@@ -413,22 +420,26 @@ def _run_one(
     decode_only: bool = False,
 ) -> None:
     """Simulate ``run`` and decode its model (``decode_only``: decode the model it trained
-    before again, at the plan's grid); its ``run.json`` is written last."""
+    before again, at the plan's grid); its ``run.json`` is written last (``trained.json``,
+    the same record, between training and decoding)."""
     cfg, overrides, lr = _run_config(plan, run, config_dir)
     expected = _expected(plan, run, config_dir)  # the inputs it starts from
     cost = _cost_file(run, out, cfg)
     dest = out / "runs" / run.name
     if decode_only:
         log.info("study: %s: its model decoded again at the plan's grid", run.name)
-        before = read_record(dest / "run.json")
+        # A finished run decoded at another grid, or one stopped during its first decoding.
+        before = read_record(dest / "run.json" if (dest / "run.json").is_file() else dest / TRAINED_FILE)
         # decode.json goes first: stopped half-way, the run is decoded again next time.
         decode_run(_decoding(plan, cfg), dest)
         record = {**before, **expected}
         atomic_write(dest / "run.json", json.dumps(record, indent=2) + "\n")
+        (dest / TRAINED_FILE).unlink(missing_ok=True)
         return
     log.info("study: %s (%s)", run.name, " ".join(overrides))
     (dest / "run.json").unlink(missing_ok=True)  # the run counts as finished once it is back
     (dest / DIVERGED_FILE).unlink(missing_ok=True)
+    (dest / TRAINED_FILE).unlink(missing_ok=True)
     diverged = None
     try:
         simulate_experiment(
@@ -444,12 +455,16 @@ def _run_one(
         log.warning("study: %s diverged: %s", run.name, err)
         diverged = {"step": err.step, "message": str(err)}
         atomic_write(dest / DIVERGED_FILE, json.dumps(diverged, indent=2) + "\n")
-    if plan.decode and diverged is None:
-        decode_run(_decoding(plan, cfg), dest)
-    # Written last, with the step cost's path relative to the study (the dir moves).
+    # With the step cost's path relative to the study (the dir moves).
     record = {
         **expected,
         "step_cost": str(cost.relative_to(out)),
         **({"diverged": True} if diverged else {}),
     }
-    atomic_write(dest / "run.json", json.dumps(record, indent=2) + "\n")
+    if plan.decode and diverged is None:
+        # Stopped during the decoding (an hour for a weak model), the next sitting decodes
+        # this model instead of training it again (records.run_state).
+        atomic_write(dest / TRAINED_FILE, json.dumps(record, indent=2) + "\n")
+        decode_run(_decoding(plan, cfg), dest)
+    atomic_write(dest / "run.json", json.dumps(record, indent=2) + "\n")  # last: finished
+    (dest / TRAINED_FILE).unlink(missing_ok=True)

@@ -275,3 +275,62 @@ def test_a_run_decoded_at_another_grid_is_decoded_again_not_trained(
         run_state(tmp_path / "runs" / n, _expected(plan, r, CONF))[0] == "finished"
         for n, r in zip(names, plan.runs(), strict=True)
     )
+
+
+def test_a_run_stopped_during_its_first_decoding_is_decoded_next_time_not_trained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in the study (2026-11-30): a run stopped while its freshly trained model was being
+    decoded had model.pt and its summaries whole, but no run.json, so the next sitting trained
+    it again (1-2 hours each)."""
+    import dataclasses
+
+    from asrkit.study import runner
+
+    plan = dataclasses.replace(_plan(), decode=True, lm_weights=(1.0,), word_penalties=(0.0,))
+    run = plan.runs()[0]
+    where = tmp_path / "runs" / run.name
+    expected = _expected(plan, run, CONF)
+    trained: list[str] = []
+    decoded: list[str] = []
+
+    def fake_simulate(cfg, *, out: Path, **kwargs) -> None:
+        trained.append(out.name)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "model.pt").write_bytes(b"weights")
+        history = [{"epoch": 1, "loss": 2.0, "seconds": 1.0}]
+        (out / "train_summary.json").write_text(json.dumps({"history": history}))
+        (out / "sim.json").write_text(json.dumps({"virtual_s": 1.0, "learners": 4}))
+
+    def stopped(cfg, run_dir: Path) -> dict:
+        raise KeyboardInterrupt  # Ctrl-C (or the sitting's SIGTERM) during the search
+
+    def fake_decode(cfg, run_dir: Path) -> dict:
+        decoded.append(run_dir.name)
+        record = {"tuned_on": "dev", "sets": {"dev": {"wer": 20.0}}, "grid": expected["decode_grid"]}
+        (run_dir / "decode.json").write_text(json.dumps(record))
+        return record
+
+    monkeypatch.setattr(runner, "simulate_experiment", fake_simulate)
+    monkeypatch.setattr(runner, "_step_cost", lambda *a, **k: None)
+    monkeypatch.setattr(runner, "decode_run", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(plan, tmp_path, network=NETWORKS["infiniband"], config_dir=CONF, max_runs=1)
+    assert trained == [run.name] and not (where / "run.json").exists()  # not finished
+    state, why = run_state(where, expected)
+    assert state == "redecode" and "decod" in why, (state, why)
+
+    monkeypatch.setattr(runner, "decode_run", fake_decode)
+    run_study(plan, tmp_path, network=NETWORKS["infiniband"], config_dir=CONF, max_runs=1)
+    assert trained == [run.name] and decoded == [run.name]  # decoded, not trained again
+    assert run_state(where, expected) == ("finished", "")
+    record = json.loads((where / "run.json").read_text())
+    assert {k: record[k] for k in expected} == expected and "step_cost" in record
+    # Trained with other settings, then stopped: nothing of it is kept, it is trained again.
+    (where / "run.json").unlink()
+    (where / "decode.json").unlink()
+    (where / "trained.json").write_text(json.dumps({**record, "lr": 123.0}))
+    assert run_state(where, expected)[0] == "unfinished"
+    (where / "trained.json").write_text('{"lr": 0.1, "le')  # damaged: trained again, no crash
+    state, why = run_state(where, expected)
+    assert state == "unfinished" and "trained.json" in why and "damaged" in why
