@@ -189,8 +189,9 @@ def test_adam_under_weight_averaging_at_a_few_utterances_per_learner_is_warned(
     advice = averaging_optimizer_advice(cfg, cfg.strategy.learners)
     assert (advice is not None) == warned
     if warned:
-        assert "optim=sgd" in advice and "docs/distributed-training.md" in advice
-        assert f"strategy={cfg.strategy.name}" in advice
+        assert "docs/distributed-training.md" in advice and "docs/study.md" in advice
+        per_learner = 64 // 16 * (2 if cfg.strategy.name == "hybrid" else 1)
+        assert f"strategy={cfg.strategy.name}" in advice and f"steps on {per_learner} utterance" in advice
 
 
 def test_a_loss_that_is_not_a_number_stops_training_with_the_step_and_a_fix(tmp_path) -> None:
