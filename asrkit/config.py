@@ -375,6 +375,8 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "wfst.fmllr_estimates": 1,
     # SpecAugment's frequency masks may stay within the fbank of a joined input (2026-11-30).
     "specaug.freq_dims": 0,
+    # Training i-vectors may come from pseudo-speakers of a few utterances (2026-11-30).
+    "align.ivector_max_utts": 0,
 }
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "fmllr_dim",
     "read_ivector_extractor",
     "read_speaker_transforms",
+    "ivector_units",
     "speaker_ivectors",
     "speaker_stats",
     "train_ivector_extractor",
@@ -91,11 +92,13 @@ def write_fmllr_dir(
     out_dir: Path,
     *,
     ivectors: IvectorExtractor | None = None,
+    ivector_max_utts: int = 0,
 ) -> int:
     """A data dir at ``out_dir`` whose features are ``data_dir``'s (fbank) joined to the
     fMLLR features of ``gmm_data`` (its MFCC + CMVN) through ``adaptation``'s
     ``final.mat`` and each speaker's transform of ``speakers`` (and, with ``ivectors``, to
-    each speaker's i-vector from its speaker-independent LDA+MLLT features); per-speaker
+    each speaker's i-vector from its speaker-independent LDA+MLLT features, or with
+    ``ivector_max_utts`` each pseudo-speaker's: :func:`ivector_units`); per-speaker
     CMVN stats of the joined features (:func:`speaker_stats`). Written whole or not at all.
     Returns the joined dimension.
 
@@ -117,7 +120,8 @@ def write_fmllr_dir(
             ", ".join(missing[:3]),
         )
     fmllr = Adaptation(adaptation.transform, adaptation.context, speakers).features(base)
-    vectors = speaker_ivectors(ivectors, fmllr.unadapted(), data.utt2spk) if ivectors is not None else {}
+    units = ivector_units(data.utt2spk, ivector_max_utts)
+    vectors = speaker_ivectors(ivectors, fmllr.unadapted(), units) if ivectors is not None else {}
     ivector_dim = ivectors.dim if ivectors is not None else 0
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
@@ -141,7 +145,7 @@ def write_fmllr_dir(
             spk = data.utt2spk[utt]
             parts = [fbank, adapted]
             if ivectors is not None:
-                parts.append(np.broadcast_to(vectors[spk], (len(fbank), ivector_dim)))
+                parts.append(np.broadcast_to(vectors[units[utt]], (len(fbank), ivector_dim)))
             both = np.hstack(parts).astype(np.float32)
             dim = both.shape[1]
             stats = speaker_stats([both], ivector_dim)
@@ -197,6 +201,22 @@ def speaker_stats(feats: Iterable[np.ndarray], ivector_dim: int = 0) -> np.ndarr
 IVECTOR_EXTRACTOR = Path("ivector") / "extractor.npz"
 #: At most this many frames, spread over the training set, train the UBM.
 _UBM_FRAMES = 300_000
+
+
+def ivector_units(utt2spk: Mapping[str, str], max_utts: int = 0) -> dict[str, str]:
+    """Which i-vector each utterance gets: its speaker's (``max_utts`` 0), or its
+    pseudo-speaker's, a speaker's utterances in id order cut into runs of at most
+    ``max_utts`` (``<speaker>-<k>``), as Kaldi's ``copy_data_dir.sh --utts-per-spk-max``."""
+    if max_utts <= 0:
+        return dict(utt2spk)
+    seen: dict[str, int] = {}
+    units = {}
+    for utt in sorted(utt2spk):
+        spk = utt2spk[utt]
+        k = seen.get(spk, 0)
+        seen[spk] = k + 1
+        units[utt] = f"{spk}-{k // max_utts}"
+    return units
 
 
 def speaker_ivectors(
@@ -269,7 +289,7 @@ def write_training_inputs(
             gauss=ivectors.ivector_gauss,
             seed=seed,
         )
-    for name, ali_dir in sets.items():
+    for index, (name, ali_dir) in enumerate(sets.items()):
         adaptation = Adaptation.read(ali_dir)
         if adaptation is None:
             fmllr_dim(ali_dir)  # raises the error that names what is missing
@@ -284,6 +304,8 @@ def write_training_inputs(
             speakers,
             fmllr_data_root(exp_dir) / name,
             ivectors=extractor,
+            # The training set's only: the dev set is scored as decoded sets are.
+            ivector_max_utts=ivectors.ivector_max_utts if ivectors is not None and index == 0 else 0,
         )
 
 

@@ -40,6 +40,11 @@ class AlignConfig:
             extractor trained on the training set's speaker-independent LDA+MLLT features
             (:mod:`asrkit.gmm.ivector`), one i-vector per speaker from its own audio.
         ivector_gauss: the UBM's Gaussians.
+        ivector_max_utts: the training set's i-vectors come from pseudo-speakers of at most
+            this many of a speaker's utterances (0: all of them, one i-vector a speaker), as
+            Kaldi's nnet recipes extract theirs (``utts-per-spk-max 2``): noisier training
+            i-vectors, so the network cannot learn the training speakers by them. The dev
+            and decoded sets keep one i-vector a speaker.
     """
 
     train: str = ""
@@ -53,6 +58,7 @@ class AlignConfig:
     fmllr: bool = False
     ivector_dim: int = 0
     ivector_gauss: int = 256
+    ivector_max_utts: int = 0
 
     def check_config(self, *, num_classes: int = 0) -> AlignmentCheckConfig:
         """The checker's settings (``num_classes``, when non-zero, overrides the key's)."""
@@ -71,6 +77,11 @@ class AlignConfig:
             raise ConfigError(
                 f"align.ivector_dim={self.ivector_dim}, align.ivector_gauss={self.ivector_gauss}: "
                 "the dimension >= 0 (0: no i-vectors) and the Gaussians >= 1"
+            )
+        if self.ivector_max_utts < 0:
+            raise ConfigError(
+                f"align.ivector_max_utts={self.ivector_max_utts}: give 0 (one i-vector a speaker) "
+                "or the most utterances a training i-vector is extracted from (Kaldi's recipes: 2)"
             )
         if self.ivector_dim and not self.fmllr:
             raise ConfigError(

@@ -39,6 +39,7 @@ from asrkit.gmm.config import GmmConfig
 from asrkit.gmm.feats import GmmFeatures, make_gmm_data_dir
 from asrkit.gmm.lang import Lang, prepare_lang, read_symbols
 from asrkit.gmm.model_io import read_model, transition_id_to_pdf, transition_id_to_phone, write_model
+from asrkit.gmm.nnet_input import ivector_units
 from asrkit.gmm.train import train_mono
 from asrkit.gmm.tree import read_tree
 from asrkit.targets.alignments import read_alignments
@@ -812,10 +813,12 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
     assert [path for path, _ in said] == [wav[u] for u in utts]
     assert [text for _, text in said] == [stage7[u] for u in utts]
     # With i-vectors (align.ivector_dim): a UBM and extractor on the training set, each
-    # speaker's i-vector after the fMLLR features, passed through the speaker's CMVN.
+    # speaker's i-vector after the fMLLR features, passed through the speaker's CMVN; the
+    # training set's one an utterance (align.ivector_max_utts=1: pseudo-speakers of 1),
+    # the decoded set's one a speaker.
     iv_exp = tmp_path / "exp_ivector"
     shutil.copytree(exp, iv_exp)
-    iv = ("align.fmllr=true", "align.ivector_dim=4", "align.ivector_gauss=8")
+    iv = ("align.fmllr=true", "align.ivector_dim=4", "align.ivector_gauss=8", "align.ivector_max_utts=1")
     result = run_cli(*_stages(6, 7, "--force", *_args(hybrid.root, *ADAPTED, *iv, exp=iv_exp)))
     assert result.returncode == 0, result.stderr[-3000:]
     assert (iv_exp / "ivector" / "extractor.npz").is_file()
@@ -823,13 +826,15 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
         folder = iv_exp / "data_fmllr" / (name if name == "train" else f"decode_{name}/{name}")
         joined = read_kaldi_map(folder / "feats.scp")
         utt2spk = read_data_dir(folder).utt2spk
+        units = ivector_units(utt2spk, 1 if name == "train" else 0)
+        assert (len(set(units.values())) > len(set(utt2spk.values()))) == (name == "train")
         vectors: dict[str, np.ndarray] = {}
         for utt in sorted(joined):
             both = read_kaldi_matrix(joined[utt])
             assert both.shape[1] == fbank_dim + 20 + 4, name
             np.testing.assert_array_equal(both[:, -4:], np.broadcast_to(both[0, -4:], (len(both), 4)))
-            vectors.setdefault(utt2spk[utt], both[0, -4:])
-            np.testing.assert_array_equal(both[0, -4:], vectors[utt2spk[utt]])
+            vectors.setdefault(units[utt], both[0, -4:])
+            np.testing.assert_array_equal(both[0, -4:], vectors[units[utt]])
         assert len({v.tobytes() for v in vectors.values()}) == len(vectors) > 1, name
         stats = dict(read_matrices(f"scp:{folder / 'cmvn.scp'}"))
         for st in stats.values():

@@ -72,3 +72,29 @@ def test_extractor_em_raises_its_objective_and_recovers_the_speakers_offsets(tmp
 
 def _stats(ubm: Ubm, x: np.ndarray):
     return IvectorExtractor(ubm, np.zeros((6, 4, 1)), np.zeros(1), np.ones(1)).stats([x])
+
+
+def test_ivector_units_cut_each_speaker_into_runs_of_at_most_n_utterances() -> None:
+    from asrkit.gmm.nnet_input import ivector_units
+
+    utt2spk = {f"a{i}": "a" for i in range(5)} | {"b0": "b"} | {f"c{i}": "c" for i in range(4)}
+    assert ivector_units(utt2spk, 0) == utt2spk  # one i-vector a speaker
+    units = ivector_units(utt2spk, 2)
+    assert set(units) == set(utt2spk)
+    members: dict[str, list[str]] = {}
+    for utt, unit in units.items():
+        members.setdefault(unit, []).append(utt)
+    assert all(
+        1 <= len(m) <= 2 and {utt2spk[u] for u in m} == {unit.rsplit("-", 1)[0]}
+        for unit, m in members.items()
+    )
+    assert sorted(len(m) for m in members.values()) == [1, 1, 2, 2, 2, 2]  # a: 2+2+1, b: 1, c: 2+2
+    assert ivector_units(dict(reversed(list(utt2spk.items()))), 2) == units  # by id, not by listing
+
+
+def test_a_negative_ivector_max_utts_is_refused_with_the_setting_named() -> None:
+    from asrkit.errors import ConfigError
+    from asrkit.targets.align_config import AlignConfig
+
+    with pytest.raises(ConfigError, match="align.ivector_max_utts=-1"):
+        AlignConfig(fmllr=True, ivector_dim=4, ivector_max_utts=-1).check()
