@@ -203,7 +203,8 @@ class StudyPlan:
         optimizer (the first seed); ``comm``: the same at the papers' communication ratio, and
         SYNC, ADPSGD (random) and delay-by-one at the largest batch there; ``stragglers``: one
         learner 2x slow at both ratios and 5x at the papers'; ``batch``: SYNC and ADPSGD
-        (random) at the smallest learner count over every batch."""
+        (random) at the smallest learner count over every batch (the two smallest batches
+        with every seed, last)."""
         runs: dict[str, StudyRun] = {}
         (model, *_), (sgd, other, *_) = self.models, self.optimizers
         today, paper = list(self.comms)[:2]
@@ -238,6 +239,12 @@ class StudyPlan:
         for seed in self.headline_seeds[1:]:
             for strategy in STRATEGIES:
                 add(strategy, big, head, "none", seed, sgd, today, "equal_speed", "spectral", "optimizer")
+        # The batches that decide each one's largest good batch, with every seed: one seed
+        # of SYNC moved by 2 points with how the same batch was split among learners.
+        for seed in self.headline_seeds[1:]:
+            for batch in sorted(self.batches)[:2]:
+                for strategy in pair:
+                    add(strategy, small, batch, "none", seed, sgd, today, "batch")
         return runs
 
     def sweep_runs(self) -> dict[str, StudyRun]:

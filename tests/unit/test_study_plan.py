@@ -99,7 +99,7 @@ def test_the_converged_plan_answers_every_claim_with_both_optimizers_and_ratios(
 
     plan = study_plan("ibm_sgd")
     runs = plan.runs()
-    assert len({r.name for r in runs}) == len(runs) == 57
+    assert len({r.name for r in runs}) == len(runs) == 65
     by = {
         q: [r for r in runs if q in r.questions]
         for q in ("recipe", "optimizer", "comm", "stragglers", "batch")
@@ -123,6 +123,10 @@ def test_the_converged_plan_answers_every_claim_with_both_optimizers_and_ratios(
     # SYNC and ADPSGD at 16 learners over a 32x span of batches.
     assert {(r.strategy, r.batch) for r in by["batch"]} == {
         (s, b) for s in ("sync", "adpsgd_random") for b in (32, 128, 512, 1024)
+    }
+    # ... with every seed at the two smallest batches (they decide the largest good batch).
+    assert {(r.strategy, r.batch, r.seed) for r in by["batch"] if r.seed > 1} == {
+        (s, b, seed) for s in ("sync", "adpsgd_random") for b in (32, 128) for seed in (2, 3)
     }
     # The papers' recipe: SGD, the rate for batch 32 scaled by the trainer, warm-up in epochs.
     overrides = plan.overrides(headline[0])

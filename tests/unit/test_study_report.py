@@ -154,3 +154,35 @@ def test_a_study_with_its_plan_and_no_run_kept_reports_none_finished(tmp_path) -
     assert main(["study", "report", "--out", str(out), "--docs", str(docs)]) == 0
     text = (docs / "study_results.md").read_text()
     assert "# Study results (0 of 2 planned runs finished)" in text and "Not finished: a, b." in text
+
+
+def test_the_batch_table_pools_seeds_and_judges_a_batch_by_their_mean(tmp_path) -> None:
+    """One seed of SYNC moved by 2 points with how a batch was split among learners: a
+    batch is good or not by its seeds' mean, and the table shows every seed."""
+    from asrkit.study.converged import GOOD_WER_MARGIN, _batch
+
+    def run(strategy: str, batch: int, seed: int, wer: float) -> dict:
+        return {
+            "strategy": strategy, "learners": 16, "batch": batch, "seed": seed, "straggler": "none",
+            "comm": "today", "lr": 0.05 * batch / 32, "steps": 30720 // batch, "dev_wer": wer,
+            "curve": [{"epoch": 1, "loss": 1.0 + wer / 100}],
+        }  # fmt: skip
+
+    reference = 8.0
+    runs = [
+        run("sync", 32, 1, 8.5),
+        run("sync", 128, 1, 9.9),  # alone: not good ...
+        run("sync", 128, 2, 8.1),
+        run("sync", 128, 3, 8.3),  # ... but the three seeds' mean (8.77) is
+        run("sync", 512, 1, 58.0),
+        run("adpsgd_random", 32, 1, 10.2),
+        run("adpsgd_random", 32, 2, 7.6),
+        run("adpsgd_random", 128, 1, 14.7),
+    ]
+    assert 8.77 <= reference + GOOD_WER_MARGIN < 9.9
+    text = _batch(runs, tmp_path, reference, [])
+    assert "Largest good batch: sync **128**, adpsgd_random **32**" in text
+    assert "| sync | 128 | 0.2 | 240 | 3 | 8.77 ± 0.99 | 9.90 / 8.10 / 8.30 |" in text
+    assert "| adpsgd_random | 32 | 0.05 | 960 | 2 | 8.90 ± 1.84 | 10.20 / 7.60 |" in text
+    assert "| sync | 512 | 0.8 | 60 | 1 | 58.00 |  |" in text
+    assert (tmp_path / "batch_n16.png").is_file()
