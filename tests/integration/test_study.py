@@ -87,7 +87,8 @@ def test_a_study_resumes_where_it_stopped_and_reports_every_question(tmp_path: P
     assert all(0 < sim["cpu_s"] for sim in sims)
     core_hours = sum(sim["cpu_s"] for sim in sims) / 3600
     assert f"took **{core_hours:.1f} core-hours** on this machine: the {len(plan)} finished runs'" in text
-    assert "Sittings recorded whole: 2, " in text and "hours of wall time, 1/2 run(s) at a time" in text
+    assert "Sittings recorded whole: 2, " in text
+    assert "hours of wall time (pauses and other work on the machine included), 1/2 run(s) at a time" in text
     for title in ("Headline", "Equal speed", "Stragglers", "Batch size", "Fixed ring against random pairing"):
         assert f"### {title}" in text, title
     figures = sorted(p.name for p in (tmp_path / "docs" / "study").glob("*.png"))
