@@ -8,7 +8,7 @@ utterance's lattice is rescored at every (LM weight, word penalty) point asked f
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +86,11 @@ class HclgDecoder(Decoder):
         graph: the graph dir, for the record.
         transitions: the ``final.mdl`` the graph's transition ids belong to, for the record.
         nj: jobs each set's lattices are searched in.
+
+    Attributes:
+        journal: set name -> where that set's sweep keeps the utterances it finished
+            (:class:`~asrkit.decoding.wfst.SweepJournal`), so a decoding stopped part-way
+            goes on where it was; ``None`` (the default) keeps none.
     """
 
     weight_names = ("lm_weight", "word_penalty")
@@ -102,17 +107,24 @@ class HclgDecoder(Decoder):
         super().__init__(grid)
         self.search, self.nj = search, nj
         self.graph, self.transitions = Path(graph), Path(transitions)
+        self.journal: Callable[[str], Path] | None = None
 
     def hypotheses(self, prepared: Prepared, points: Sequence[Point]) -> dict[Point, dict[str, str]]:
         began = time.monotonic()
         lm_weights = sorted({w for w, _ in points})
         penalties = sorted({p for _, p in points})
+        journal = None
+        if self.journal is not None and prepared.name:
+            from asrkit.decoding.wfst import SweepJournal
+
+            journal = SweepJournal(self.journal(prepared.name), self._graph_identity())
         swept = self.search.sweep(
             prepared.scores,
             lm_weights,
             word_penalties=penalties,
             nj=self.nj,
             label=self.progress_label("decoding", prepared.name, len(points)),
+            journal=journal,
         )
         out: dict[Point, dict[str, str]] = {point: {} for point in points}
         for utt, words in swept.items():
@@ -120,6 +132,17 @@ class HclgDecoder(Decoder):
                 out[point][utt] = " ".join(words[point])
         prepared.seconds += time.monotonic() - began
         return out
+
+    def _graph_identity(self) -> dict[str, Any]:
+        """The graph and transition model files searched with: paths, sizes, times."""
+        identity: dict[str, Any] = {}
+        for name, path in (("graph", self.graph / "HCLG.fst"), ("transitions", self.transitions)):
+            try:
+                stat = path.stat()
+                identity[name] = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+            except OSError:
+                identity[name] = [str(path)]
+        return identity
 
     def _word_aligner(self) -> WordAligner | None:
         """The aligner of this decoder's system, or None when it cannot have one."""

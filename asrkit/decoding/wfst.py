@@ -24,10 +24,14 @@ a warning and a count (:attr:`WfstDecoder.num_partial`), as Kaldi's ``--allow-pa
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import _kaldifst
@@ -47,6 +51,9 @@ _T = TypeVar("_T")
 #: Log-likelihood given to pdfs whose prior is below the floor: they never win (Kaldi nnet1's
 #: ``--prior-floor`` treatment), yet costs stay finite for the search.
 NEVER = -1.0e10
+
+#: The file name of a decoding dir's :class:`SweepJournal`.
+SWEEP_JOURNAL = "sweep.jsonl"
 
 #: One round of the lattice's topological relaxation: arcs by destination, the destinations,
 #: where each destination's arcs start.
@@ -489,6 +496,7 @@ class WfstDecoder:
         word_penalties: Sequence[float] = (0.0,),
         nj: int = 1,
         label: str = "lattice search",
+        journal: SweepJournal | None = None,
     ) -> dict[str, dict[tuple[float, float], list[str]]]:
         """:meth:`decode_with_scales` for many utterances, in ``nj`` forked processes (Kaldi's
         ``decode.sh --nj``): ``utt -> (lm_weight, word_penalty) -> words``, in the order of
@@ -496,16 +504,35 @@ class WfstDecoder:
         nothing large is copied; each returns only its words. ``label`` starts the progress
         lines (e.g. :meth:`~asrkit.decoding.decoder.Decoder.progress_label`'s ``decoding dev
         (tri1, 6 weight settings)``); they count utterances, as each lattice is rescored at
-        every point at once."""
+        every point at once.
+
+        With a ``journal`` each utterance's words are added to it as soon as they are found,
+        and the utterances it already holds (from a sweep that was stopped) are not searched
+        again; it is removed once every utterance is found."""
         utts = list(scores)
-        shared = {"lm_weights": list(lm_weights), "penalties": list(word_penalties)}
-        parts = _in_jobs(_sweep_chunk, self, scores, nj=nj, label=label, shared=shared)
+        shared = {"lm_weights": list(lm_weights), "penalties": list(word_penalties), "journal": journal}
         found: dict[str, dict[tuple[float, float], list[str]]] = {}
+        todo: Mapping[str, np.ndarray] = scores
+        if journal is not None:
+            journal.begin(self, lm_weights, word_penalties)
+            found = journal.finished(scores)
+            if found:
+                log.info(
+                    "%s: %d of %d utterances from %s (a stopped sweep)",
+                    label,
+                    len(found),
+                    len(utts),
+                    journal.path,
+                )
+            todo = {utt: value for utt, value in scores.items() if utt not in found}
+        parts = _in_jobs(_sweep_chunk, self, todo, nj=nj, label=label, shared=shared) if todo else []
         for words, partial in parts:
             found.update(words)
             if len(parts) > 1:  # one job ran here, on this decoder's own counts
                 self.num_decoded += len(words)
                 self.num_partial += partial
+        if journal is not None:
+            journal.done()
         return {utt: found[utt] for utt in utts}
 
     def best_words(
@@ -605,14 +632,106 @@ def first_pass_words(
 def _sweep_chunk(utts: list[str]) -> tuple[dict[str, dict[tuple[float, float], list[str]]], int]:
     decoder: WfstDecoder = _SWEEP["decoder"]
     scores: Mapping[str, np.ndarray] = _SWEEP["scores"]
+    journal: SweepJournal | None = _SWEEP["journal"]
     before = decoder.num_partial
-    words = {
-        utt: decoder.decode_with_scales(
+    words = {}
+    for utt in counted(utts):
+        words[utt] = decoder.decode_with_scales(
             scores[utt], _SWEEP["lm_weights"], word_penalties=_SWEEP["penalties"], utt=utt
         )
-        for utt in counted(utts)
-    }
+        if journal is not None:
+            journal.add(utt, scores[utt], words[utt])
     return words, decoder.num_partial - before
+
+
+class SweepJournal:
+    """The utterances a :meth:`WfstDecoder.sweep` has finished, one line each, so that the
+    sweep started again after a stop searches only the rest: a weak model's lattices take
+    up to a minute an utterance, and a set of them can outlast a session.
+
+    The file's first line says what was searched: ``identity`` (the caller's: the graph
+    file, say), the decoder's beams, scale and active-state bounds, and the LM weights and
+    penalties swept; a file that says otherwise is started afresh. Each utterance's line
+    holds its words at every point and a digest of its scores, and is reused only where
+    the scores are the same bit for bit (a retrained model's are not). A last line cut short
+    by the stop is ignored. Lines are appended with one ``write`` each to a file opened for
+    appending, so the forked jobs of one sweep can share the file.
+
+    Args:
+        path: the journal file.
+        identity: what else the results depend on, as JSON-able values.
+    """
+
+    def __init__(self, path: str | Path, identity: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        self.identity = dict(identity)
+        self._header: dict[str, Any] = {}
+
+    def begin(self, decoder: WfstDecoder, lm_weights: Sequence[float], penalties: Sequence[float]) -> None:
+        """Take this sweep's settings; a journal of other settings is removed."""
+        self._header = {
+            "identity": self.identity,
+            "search": {
+                name: float(getattr(decoder, name))
+                for name in ("acoustic_scale", "beam", "lattice_beam", "max_active", "min_active")
+            },
+            "lm_weights": [float(w) for w in lm_weights],
+            "word_penalties": [float(p) for p in penalties],
+        }
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                same = json.loads(f.readline()) == self._header
+        except (OSError, ValueError):
+            same = False
+        if not same:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.unlink(missing_ok=True)
+            self._write(self._header)
+
+    def finished(self, scores: Mapping[str, np.ndarray]) -> dict[str, dict[tuple[float, float], list[str]]]:
+        """The journal's utterances of ``scores`` whose scores it saw: ``utt -> point -> words``."""
+        found: dict[str, dict[tuple[float, float], list[str]]] = {}
+        with open(self.path, encoding="utf-8") as f:
+            f.readline()
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                    utt = entry["utt"]
+                    words = {(float(w), float(p)): list(text) for w, p, text in entry["words"]}
+                except (ValueError, KeyError, TypeError):
+                    continue  # cut short by the stop
+                if utt in scores and entry.get("digest") == _digest(scores[utt]):
+                    found[utt] = words
+        return found
+
+    def add(self, utt: str, scores: np.ndarray, words: Mapping[tuple[float, float], list[str]]) -> None:
+        """Record one utterance's words at every point."""
+        entry = {
+            "utt": utt,
+            "digest": _digest(scores),
+            "words": [[w, p, list(t)] for (w, p), t in words.items()],
+        }
+        self._write(entry)
+
+    def done(self) -> None:
+        """The sweep found every utterance: the journal has served."""
+        self.path.unlink(missing_ok=True)
+
+    def _write(self, entry: Mapping[str, Any]) -> None:
+        data = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+
+def _digest(scores: np.ndarray) -> str:
+    """A digest of an utterance's scores: their type, shape and bytes."""
+    array = np.ascontiguousarray(scores)
+    h = hashlib.blake2b(f"{array.dtype.str}{array.shape}".encode(), digest_size=16)
+    h.update(array.tobytes())
+    return h.hexdigest()
 
 
 def wfst_search(graph: Any, transitions: Any, wfst: WfstConfig, *, acoustic_scale: float) -> WfstDecoder:

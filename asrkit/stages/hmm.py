@@ -330,6 +330,7 @@ def _hybrid_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
 )
 def hybrid_decode(ctx: StageContext) -> None:
     from asrkit.decoding.hclg import PRIOR_COUNTS, HybridDecoder, HybridScorer
+    from asrkit.decoding.wfst import SWEEP_JOURNAL
     from asrkit.gmm.graph import load_graph_dir
     from asrkit.gmm.model_io import read_model
     from asrkit.targets.alignments import read_alignments
@@ -387,6 +388,8 @@ def hybrid_decode(ctx: StageContext) -> None:
         lang=gmm_dir(ctx) / "lang",
         nj=ctx.cfg.wfst.nj,
     )
+    # A stopped decoding goes on where it was (a weak model's lattices are slow).
+    decoder.journal = lambda name: ctx.exp_dir / f"decode_hybrid_{name}" / SWEEP_JOURNAL
     prepared: dict[str, Prepared] = {}
 
     def network_input(target: tuple[str, Path]) -> tuple[str, Path]:

@@ -14,6 +14,7 @@ The decoder is checked against two brute forces on a tiny lexicon and bigram LM:
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import kaldifst
 import numpy as np
 import pytest
 
-from asrkit.decoding.wfst import NEVER, WfstDecoder, first_pass_words, pdf_log_likelihoods
+from asrkit.decoding.wfst import NEVER, SweepJournal, WfstDecoder, first_pass_words, pdf_log_likelihoods
 from asrkit.errors import ConfigError, DataError
 from asrkit.gmm.graph import (
     _build_hclg,
@@ -380,6 +381,78 @@ def test_sweep_in_two_jobs_equals_one_utterance_at_a_time(tri: Setup) -> None:
     alone = _decoder(tri)
     for utt, loglikes in scores.items():
         assert swept[utt] == alone.decode_with_scales(loglikes, weights, word_penalties=penalties, utt=utt)
+
+
+def test_a_stopped_sweep_goes_on_from_its_journal(tri: Setup, tmp_path: Path, monkeypatch) -> None:
+    rng = np.random.default_rng(13)
+    scores = {
+        f"u{k}": rng.normal(0.0, 3.0, size=(T + k, tri.trans_model.num_pdfs)).astype(np.float32)
+        for k in range(6)
+    }
+    weights, penalties = [2.0, 10.0], [0.0, 1.0]
+    whole = _decoder(tri).sweep(scores, weights, word_penalties=penalties)
+    path = tmp_path / "decode_dev" / "sweep.jsonl"
+
+    def journal() -> SweepJournal:
+        return SweepJournal(path, {"graph": "HCLG.fst"})
+
+    searched: list[str] = []
+    real = WfstDecoder.decode_with_scales
+
+    def stop_at_u3(self, loglikes, lm_weights, *, word_penalties=(0.0,), utt="?"):
+        if utt == "u3":
+            raise KeyboardInterrupt  # the stop, mid-set
+        searched.append(utt)
+        return real(self, loglikes, lm_weights, word_penalties=word_penalties, utt=utt)
+
+    monkeypatch.setattr(WfstDecoder, "decode_with_scales", stop_at_u3)
+    with pytest.raises(KeyboardInterrupt):
+        _decoder(tri).sweep(scores, weights, word_penalties=penalties, journal=journal())
+    assert searched == ["u0", "u1", "u2"] and path.is_file()
+    with open(path, "a") as f:
+        f.write('{"utt":"u3","digest":"')  # a line cut short by the stop
+
+    def counting(self, loglikes, lm_weights, *, word_penalties=(0.0,), utt="?"):
+        searched.append(utt)
+        return real(self, loglikes, lm_weights, word_penalties=word_penalties, utt=utt)
+
+    monkeypatch.setattr(WfstDecoder, "decode_with_scales", counting)
+    searched.clear()
+    changed = dict(scores, u1=scores["u1"] + 0.5)  # u1's scores changed (a retrained model)
+    again = _decoder(tri).sweep(changed, weights, word_penalties=penalties, journal=journal())
+    assert searched == ["u1", "u3", "u4", "u5"]
+    assert list(again) == list(scores) and not path.exists()  # removed once whole
+    assert {u: w for u, w in again.items() if u != "u1"} == {u: w for u, w in whole.items() if u != "u1"}
+    assert again["u1"] == _decoder(tri).sweep({"u1": changed["u1"]}, weights, word_penalties=penalties)["u1"]
+    # Another grid starts the journal afresh: nothing from the old one is used.
+    monkeypatch.setattr(WfstDecoder, "decode_with_scales", stop_at_u3)
+    searched.clear()
+    with pytest.raises(KeyboardInterrupt):
+        _decoder(tri).sweep(scores, weights, word_penalties=penalties, journal=journal())
+    monkeypatch.setattr(WfstDecoder, "decode_with_scales", counting)
+    searched.clear()
+    other = _decoder(tri).sweep(scores, [3.0], word_penalties=[0.0], journal=journal())
+    assert searched == list(scores) and other == _decoder(tri).sweep(scores, [3.0])
+
+
+def test_forked_jobs_share_one_journal(tri: Setup, tmp_path: Path, monkeypatch) -> None:
+    rng = np.random.default_rng(14)
+    scores = {
+        f"u{k}": rng.normal(0.0, 3.0, size=(T + k, tri.trans_model.num_pdfs)).astype(np.float32)
+        for k in range(5)
+    }
+    whole = _decoder(tri).sweep(scores, [2.0])
+    journal = SweepJournal(tmp_path / "sweep.jsonl", {})
+    journal.begin(_decoder(tri), [2.0], [0.0])
+    for utt in ("u0", "u1"):
+        journal.add(utt, scores[utt], whole[utt])
+    monkeypatch.setattr(SweepJournal, "done", lambda self: None)  # keep it, to read it
+    decoder = _decoder(tri)
+    assert decoder.sweep(scores, [2.0], nj=2, journal=journal) == whole
+    assert decoder.num_decoded == 3  # the other three, in two forked jobs
+    lines = (tmp_path / "sweep.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and sorted(json.loads(line)["utt"] for line in lines[1:]) == list(scores)
+    assert journal.finished(scores) == whole
 
 
 def test_best_words_and_the_first_pass_equal_the_lattice_at_their_point(tri: Setup) -> None:
