@@ -299,7 +299,13 @@ class ReaderPool:
                 daemon=True,
                 args=(self, w, commands, replies, parent),
             )
-            proc.start()
+            # The worker starts with SIGUSR1 blocked and unblocks it once it answers it
+            # (_serve): a stall report that reaches it sooner waits instead of ending it.
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+            try:
+                proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             commands.close()
             replies.close()
             self._procs.append(proc)
@@ -474,7 +480,9 @@ def _serve(pool: ReaderPool, worker: int, commands: Any, replies: Any, parent: i
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # A consumer kept waiting asks where this worker is (ReaderPool._report_stall).
+    # It came blocked (ReaderPool.start): by default it would end this process.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     # The collector would touch every object inherited from the learner (copying its
     # pages) and could run their finalizers here; this loop makes no garbage cycles.
     gc.disable()

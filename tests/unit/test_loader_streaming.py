@@ -346,6 +346,51 @@ def test_a_live_worker_that_delivers_nothing_is_reported_with_its_stack(
     assert "in stall" in err and "Current thread" in err, err[-2000:]
 
 
+#: Seconds a forked child sleeps before it runs anything else (set by a test; see below).
+_PAUSE_AFTER_FORK = [0.0]
+
+
+def _pause_after_fork() -> None:
+    if _PAUSE_AFTER_FORK[0]:
+        import time
+
+        time.sleep(_PAUSE_AFTER_FORK[0])
+
+
+if can_fork():
+    os.register_at_fork(after_in_child=_pause_after_fork)
+
+
+@pytest.mark.skipif(not can_fork(), reason="worker processes need fork")
+def test_a_worker_that_starts_late_survives_the_stall_report(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """CI: a learner waited 30 s for its first batch from a worker forked just before
+    (the machine busy or paused), asked it for its stack (SIGUSR1), and so killed it: the
+    worker had not installed its handler yet, and SIGUSR1 ends a process by default ("the
+    batch-reading worker process ... ended (signal 10) before batch 0 was read"). A worker
+    takes the signal only once it can answer it."""
+    from asrkit.loader import prefetch
+
+    monkeypatch.setattr(prefetch, "STALL_REPORT_S", 0.3)
+    _PAUSE_AFTER_FORK[0] = 1.5  # the new worker runs nothing for 1.5 s
+    try:
+        source = _tiny_source()
+        with BucketBatches(
+            source, max_frames=1000, max_batch=1, shuffle=False, prefetch=2, workers=1, loader="process"
+        ) as batches:
+            batches.start()
+            _PAUSE_AFTER_FORK[0] = 0.0
+            got = [b.utts[0] for b in batches.epoch(0)]
+    finally:
+        _PAUSE_AFTER_FORK[0] = 0.0
+    assert got == [f"u{k}" for k in range(9, -1, -1)]
+    warned = [r.getMessage() for r in caplog.records if "has not come from" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("batch 0 of this epoch"), warned
+    assert "Current thread" in capfd.readouterr().err  # it answered once it could
+    assert multiprocessing.active_children() == []
+
+
 @pytest.mark.skipif(not can_fork(), reason="worker processes need fork")
 def test_a_reader_pool_reads_one_epoch_at_a_time_and_checks_its_plan() -> None:
     source = _tiny_source()
