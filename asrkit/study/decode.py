@@ -70,7 +70,7 @@ def decode_run(cfg: AsrkitConfig, run_dir: Path) -> dict[str, Any]:
         cfg=cfg, data_root=Path(cfg.data_root), feats_root=Path(cfg.feats_root), exp_dir=Path(cfg.exp_dir)
     )
     root = gmm_dir(experiment)
-    graph = root / system_names(experiment)[-1] / "graph"
+    graph = Path(cfg.wfst.graph) if cfg.wfst.graph else root / system_names(experiment)[-1] / "graph"
     if not (graph / "HCLG.fst").is_file():
         raise DataError(
             f"{graph}/HCLG.fst: missing; run the experiment's stage 5 (gmm_decode) before decoding study runs"

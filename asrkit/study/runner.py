@@ -19,7 +19,9 @@ import json
 import logging
 import multiprocessing
 import os
+import platform
 import resource
+import shutil
 import signal
 import time
 from collections.abc import Iterator, Set
@@ -93,12 +95,13 @@ def _run_study(
     before = read_record(out / "plan.json") if (out / "plan.json").exists() else None
     if before is not None:
         _check_same_settings(out, before, settings)
+    _freeze_inputs(plan, out, config_dir)
     # Every run's own record is compared with what this plan asks of it (plan.json may be
     # gone, or older): nothing is written before they all agree.
     pending: list[StudyRun] = []
     redecode: set[str] = set()  # trained as the plan asks, decoded at another grid
     for run in runs:
-        state, why = run_state(out / "runs" / run.name, _expected(plan, run, config_dir))
+        state, why = run_state(out / "runs" / run.name, _expected(plan, run, config_dir, out))
         if state == "redecode":
             log.warning("study: %s; its model is decoded again (not trained)", why)
             redecode.add(run.name)
@@ -264,7 +267,7 @@ def _simulate_all(
     for run in runs:
         if run.name in redecode:
             continue
-        path = _cost_file(run, out, _run_config(plan, run, config_dir)[0])
+        path = _cost_file(run, out, _run_config(plan, run, config_dir, out)[0])
         if not path.is_file():
             missing.setdefault(path, run)
     if jobs == 1 or len(runs) < 2:
@@ -333,11 +336,11 @@ def _composed(overrides: tuple[str, ...], config_dir: str) -> AsrkitConfig:
 
 
 def _run_config(
-    plan: StudyPlan, run: StudyRun, config_dir: str | Path
+    plan: StudyPlan, run: StudyRun, config_dir: str | Path, out: Path
 ) -> tuple[AsrkitConfig, list[str], float]:
     overrides = plan.overrides(run)
     # A study checks every run's settings each sitting: each composed once per process.
-    cfg = copy.deepcopy(_composed(tuple(overrides), str(config_dir)))
+    cfg = _with_inputs(copy.deepcopy(_composed(tuple(overrides), str(config_dir))), out, run.model)
     if plan.lr_rule == "optim":  # the optimizer's own settings scale it (the trainer does)
         return cfg, overrides, cfg.optim.peak_lr(cfg.train.max_batch)
     lr = cfg.optim.lr * plan.lr_scale(run)
@@ -351,7 +354,7 @@ def _cost_file(run: StudyRun, out: Path, cfg: AsrkitConfig) -> Path:
 
 def _step_cost(plan: StudyPlan, run: StudyRun, out: Path, *, config_dir: str | Path) -> None:
     """Measure ``run``'s step cost into the study's ``step_costs/`` if it is not there."""
-    cfg, _, _ = _run_config(plan, run, config_dir)
+    cfg, _, _ = _run_config(plan, run, config_dir, out)
     path = _cost_file(run, out, cfg)
     if path.is_file():
         return
@@ -376,11 +379,100 @@ def _input_files(cfg: AsrkitConfig, decoded: bool) -> list[Path]:
     else:
         files += sorted((exp_dir / "tokenizer").glob("*"))
     if decoded:
-        from asrkit.gmm.pipeline import system_names
-
-        graph = exp_dir / "gmm" / system_names(cfg.gmm)[-1] / "graph"
-        files += [graph / "HCLG.fst", graph / "words.txt"]
+        files += [_graph_dir(cfg) / "HCLG.fst", _graph_dir(cfg) / "words.txt"]
     return files
+
+
+def _graph_dir(cfg: AsrkitConfig) -> Path:
+    """The graph a run is decoded through: ``wfst.graph``, or the experiment's last GMM
+    system's."""
+    from asrkit.gmm.pipeline import system_names
+
+    if cfg.wfst.graph:
+        return Path(cfg.wfst.graph)
+    return Path(cfg.exp_dir) / "gmm" / system_names(cfg.gmm)[-1] / "graph"
+
+
+#: The study's own copy of the experiment files its runs depend on, one folder per model
+#: under the study dir (:func:`_freeze_inputs`); ``inputs.json`` there names its parts.
+INPUTS_DIR = "inputs"
+_ALIGN_FILES = ("ali.*.gz", "final.mdl", "tree", "num_jobs", "align.json", "phones.txt")
+_GRAPH_FILES = ("HCLG.fst", "words.txt", "phones.txt", "disambig_tid.int", "num_pdfs")
+
+
+def _freeze_inputs(plan: StudyPlan, out: Path, config_dir: str | Path) -> None:
+    """For each frame-target (CE) model of ``plan`` without a copy in ``out/inputs/<model>/``
+    yet, copy the experiment's training and dev alignments and, if the plan decodes, its
+    graph there; every run of the study then trains on and decodes through that copy
+    (:func:`_with_inputs`), which git keeps with the study.
+
+    Why: the GMM stage's results depend on the machine it ran on, not only on the code and
+    the data: its vector kernels round differently (AN4's tri1 from the same code and audio:
+    7.24% test WER with the AVX-512 kernels this VM's CPU picks, 6.34% with AVX2 ones), so
+    a study continued on another machine would otherwise train on other targets (2026-12-05:
+    a fresh VM's experiment matched none of the 32 runs' inputs)."""
+    for model in plan.models:
+        dest = out / INPUTS_DIR / model
+        runs = [r for r in plan.runs() if r.model == model]
+        if dest.is_dir() or not runs:
+            continue
+        cfg = copy.deepcopy(_composed(tuple(plan.overrides(runs[0])), str(config_dir)))
+        if cfg.objective != "ce":
+            continue
+        from asrkit.learner import alignment_source
+
+        parts = {which: Path(alignment_source(cfg, Path(cfg.exp_dir), which)) for which in ("train", "dev")}
+        if plan.decode:
+            parts["graph"] = _graph_dir(cfg)
+        for which, source in parts.items():
+            needed = source / ("HCLG.fst" if which == "graph" else "final.mdl")
+            if not needed.is_file():
+                raise DataError(
+                    f"{needed}: missing; run the experiment's stages through 5 (gmm_decode) before the "
+                    "study (local/study.sh does), or restore the study's inputs/ from git"
+                )
+        names = {which: source.name for which, source in parts.items()}
+        if len(set(names.values())) < len(names):
+            raise ConfigError(f"the study's inputs {parts}: need folders of distinct names")
+        partial = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        for which, source in parts.items():
+            (partial / source.name).mkdir(parents=True)
+            for pattern in _GRAPH_FILES if which == "graph" else _ALIGN_FILES:
+                for path in sorted(source.glob(pattern)):
+                    shutil.copy2(path, partial / source.name / path.name)
+        record = {
+            **names,
+            "copied_from": {which: str(source) for which, source in parts.items()},
+            "machine": _cpu_name(),
+            "copied": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        atomic_write(partial / "inputs.json", json.dumps(record, indent=2) + "\n")
+        partial.rename(dest)
+        log.info("study: the experiment's alignments and graph copied to %s: every run uses them", dest)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def _with_inputs(cfg: AsrkitConfig, out: Path, model: str) -> AsrkitConfig:
+    """``cfg`` reading the study's copy of its inputs, where it has one."""
+    dest = out / INPUTS_DIR / model
+    if not (dest / "inputs.json").is_file():
+        return cfg
+    names = read_record(dest / "inputs.json")
+    align = dataclasses.replace(cfg.align, train=str(dest / names["train"]), dev=str(dest / names["dev"]))
+    wfst = cfg.wfst
+    if "graph" in names:
+        wfst = dataclasses.replace(cfg.wfst, graph=str(dest / names["graph"]))
+    return dataclasses.replace(cfg, align=align, wfst=wfst)
 
 
 @functools.lru_cache(maxsize=64)
@@ -402,8 +494,8 @@ def _decoding(plan: StudyPlan, cfg: AsrkitConfig) -> AsrkitConfig:
     return dataclasses.replace(cfg, wfst=wfst)
 
 
-def _expected(plan: StudyPlan, run: StudyRun, config_dir: str | Path) -> dict:
-    cfg, overrides, lr = _run_config(plan, run, config_dir)
+def _expected(plan: StudyPlan, run: StudyRun, config_dir: str | Path, out: Path) -> dict:
+    cfg, overrides, lr = _run_config(plan, run, config_dir, out)
     inputs = _fingerprint(tuple(_input_files(cfg, plan.decode)))
     grid = decode_grid(_decoding(plan, cfg).wfst) if plan.decode else None
     return expected_record(run, overrides, lr, decoded=plan.decode, inputs=inputs, grid=grid)
@@ -422,8 +514,8 @@ def _run_one(
     """Simulate ``run`` and decode its model (``decode_only``: decode the model it trained
     before again, at the plan's grid); its ``run.json`` is written last (``trained.json``,
     the same record, between training and decoding)."""
-    cfg, overrides, lr = _run_config(plan, run, config_dir)
-    expected = _expected(plan, run, config_dir)  # the inputs it starts from
+    cfg, overrides, lr = _run_config(plan, run, config_dir, out)
+    expected = _expected(plan, run, config_dir, out)  # the inputs it starts from
     cost = _cost_file(run, out, cfg)
     dest = out / "runs" / run.name
     if decode_only:

@@ -41,7 +41,7 @@ def _finish(out: Path, plan: StudyPlan) -> list[str]:
         history = [{"epoch": 1, "loss": 2.0, "seconds": 1.0, "wer": 50.0}]
         (where / "train_summary.json").write_text(json.dumps({"history": history}))
         (where / "sim.json").write_text(json.dumps({"virtual_s": 1.0, "learners": 4}))
-        (where / "run.json").write_text(json.dumps(_expected(plan, run, CONF)))
+        (where / "run.json").write_text(json.dumps(_expected(plan, run, CONF, out)))
         names.append(run.name)
     return names
 
@@ -59,14 +59,14 @@ def test_finished_runs_are_whole_and_the_plans_own(tmp_path: Path) -> None:
     names = _finish(tmp_path, plan)
     run = plan.runs()[0]
     where = tmp_path / "runs" / names[0]
-    expected = _expected(plan, run, CONF)
+    expected = _expected(plan, run, CONF, tmp_path)
     assert run_state(where, expected) == ("finished", "")
     summary = (where / "train_summary.json").read_text()
     (where / "train_summary.json").write_text(summary[: len(summary) // 2])
     state, why = run_state(where, expected)
     assert state == "unfinished" and str(where / "train_summary.json") in why
     (where / "train_summary.json").write_text(summary)
-    other = _expected(_plan(epochs=1), run, CONF)
+    other = _expected(_plan(epochs=1), run, CONF, tmp_path)
     state, why = run_state(where, other)
     assert state == "other" and "train.epochs=2" in why and "train.epochs=1" in why
 
@@ -123,7 +123,7 @@ def test_a_diverged_run_is_finished_reported_and_needs_no_decode(tmp_path: Path)
     run = plan.runs()[0]
     where = tmp_path / "runs" / run.name
     where.mkdir(parents=True)
-    expected = _expected(plan, run, CONF)
+    expected = _expected(plan, run, CONF, tmp_path)
     assert expected["decoded"] is True
     (where / "run.json").write_text(json.dumps({**expected, "diverged": True}))
     assert run_state(where, expected)[0] == "unfinished"  # diverged.json missing
@@ -137,11 +137,11 @@ def test_a_diverged_run_is_finished_reported_and_needs_no_decode(tmp_path: Path)
         json.dumps({"history": [{"epoch": 1, "loss": 2.0, "seconds": 1.0}]})
     )
     (there / "sim.json").write_text("{}")
-    (there / "run.json").write_text(json.dumps(_expected(plan, other, CONF)))
-    state, why = run_state(there, _expected(plan, other, CONF))
+    (there / "run.json").write_text(json.dumps(_expected(plan, other, CONF, tmp_path)))
+    state, why = run_state(there, _expected(plan, other, CONF, tmp_path))
     assert state == "unfinished" and "decode.json: missing" in why
     (there / "decode.json").write_text(json.dumps({"tuned_on": "dev", "sets": {"dev": {"wer": 9.5}}}))
-    assert run_state(there, _expected(plan, other, CONF))[0] == "finished"
+    assert run_state(there, _expected(plan, other, CONF, tmp_path))[0] == "finished"
     from asrkit.study.report import load_diverged, load_runs
 
     assert [r["name"] for r in load_diverged(tmp_path)] == [run.name]
@@ -182,7 +182,7 @@ def test_a_run_made_on_other_inputs_is_done_again(tmp_path: Path) -> None:
     plan = _plan()
     names = _finish(tmp_path / "study", plan)
     where = tmp_path / "study" / "runs" / names[0]
-    expected = _expected(plan, plan.runs()[0], CONF)
+    expected = _expected(plan, plan.runs()[0], CONF, tmp_path)
     assert expected["inputs"] and run_state(where, expected) == ("finished", "")
     state, why = run_state(where, {**expected, "inputs": "0123456789abcdef"})
     assert state == "unfinished" and "made on other inputs" in why and "0123456789abcdef here" in why
@@ -208,7 +208,7 @@ def test_a_run_decoded_at_another_grid_is_decoded_again_not_trained(
     )
     names = _finish(tmp_path, plan)
     first, second = (tmp_path / "runs" / n for n in names[:2])
-    expected = _expected(plan, plan.runs()[0], CONF)
+    expected = _expected(plan, plan.runs()[0], CONF, tmp_path)
     assert expected["decode_grid"] == grid
     old = {"tuned_on": "dev", "setting": "lm_weight=4 word_penalty=0", "sets": {"dev": {"wer": 20.0}}}
     for where in (tmp_path / "runs" / n for n in names):
@@ -272,7 +272,7 @@ def test_a_run_decoded_at_another_grid_is_decoded_again_not_trained(
     plan_json = json.loads((tmp_path / "plan.json").read_text())
     assert plan_json["plan"]["lm_weights"] == [1.0, 2.0] and plan_json["plan"]["beam"] == 11.0
     assert all(
-        run_state(tmp_path / "runs" / n, _expected(plan, r, CONF))[0] == "finished"
+        run_state(tmp_path / "runs" / n, _expected(plan, r, CONF, tmp_path))[0] == "finished"
         for n, r in zip(names, plan.runs(), strict=True)
     )
 
@@ -290,7 +290,7 @@ def test_a_run_stopped_during_its_first_decoding_is_decoded_next_time_not_traine
     plan = dataclasses.replace(_plan(), decode=True, lm_weights=(1.0,), word_penalties=(0.0,))
     run = plan.runs()[0]
     where = tmp_path / "runs" / run.name
-    expected = _expected(plan, run, CONF)
+    expected = _expected(plan, run, CONF, tmp_path)
     trained: list[str] = []
     decoded: list[str] = []
 
@@ -334,3 +334,66 @@ def test_a_run_stopped_during_its_first_decoding_is_decoded_next_time_not_traine
     (where / "trained.json").write_text('{"lr": 0.1, "le')  # damaged: trained again, no crash
     state, why = run_state(where, expected)
     assert state == "unfinished" and "trained.json" in why and "damaged" in why
+
+
+def _hybrid_plan(exp: Path) -> StudyPlan:
+    import dataclasses
+
+    model = (
+        "model=tiny",
+        "objective=ce",
+        f"exp_dir={exp}",
+        f"align.train={exp}/ali_train",
+        f"align.dev={exp}/ali_dev",
+    )
+    return dataclasses.replace(_plan(), models={"h": (*model, f"wfst.graph={exp}/graph")}, decode=True)
+
+
+def _experiment(exp: Path, alignments: bytes = b"u1 1 2 3\n") -> None:
+    import gzip
+
+    for name in ("ali_train", "ali_dev"):
+        (exp / name).mkdir(parents=True, exist_ok=True)
+        (exp / name / "ali.1.gz").write_bytes(gzip.compress(alignments, mtime=1))
+        (exp / name / "final.mdl").write_bytes(b"model")
+        (exp / name / "tree").write_bytes(b"tree")
+    (exp / "graph").mkdir(exist_ok=True)
+    (exp / "graph" / "HCLG.fst").write_bytes(b"hclg")
+    (exp / "graph" / "words.txt").write_text("<eps> 0\n")
+
+
+def test_a_study_keeps_its_own_copy_of_its_inputs_and_goes_on_from_another_machine(tmp_path: Path) -> None:
+    """Seen 2026-12-05: a fresh VM rebuilt AN4's GMM stage from the same code and audio and
+    got other alignments (its CPU's vector kernels round differently), so none of the 32
+    committed runs matched the experiment's inputs any more. The study copies its inputs
+    once and trains on, decodes through and fingerprints that copy."""
+    from asrkit.study.records import inputs_fingerprint
+    from asrkit.study.runner import INPUTS_DIR, _fingerprint, _freeze_inputs, _run_config
+
+    exp, out = tmp_path / "exp", tmp_path / "study"
+    plan = _hybrid_plan(exp)
+    run = plan.runs()[0]
+    with pytest.raises(
+        DataError, match=r"ali_train/final.mdl: missing; run the experiment's stages through 5"
+    ):
+        _freeze_inputs(plan, out, CONF)
+    assert not (out / INPUTS_DIR).exists() or not any((out / INPUTS_DIR).iterdir())  # nothing half-written
+    _experiment(exp)
+    made_here = _expected(plan, run, CONF, out)["inputs"]
+    _freeze_inputs(plan, out, CONF)
+    copy = out / INPUTS_DIR / "h"
+    assert sorted(p.name for p in copy.iterdir()) == ["ali_dev", "ali_train", "graph", "inputs.json"]
+    cfg = _run_config(plan, run, CONF, out)[0]
+    assert cfg.align.train == str(copy / "ali_train") and cfg.wfst.graph == str(copy / "graph")
+    # The copy has the experiment's fingerprint: runs made on these inputs before stay finished.
+    assert _expected(plan, run, CONF, out)["inputs"] == made_here
+    files = [copy / d / f for d in ("ali_train", "ali_dev") for f in ("ali.1.gz", "final.mdl", "tree")]
+    assert (
+        inputs_fingerprint([*files, copy / "graph" / "HCLG.fst", copy / "graph" / "words.txt"]) == made_here
+    )
+    # Another machine's experiment: other alignments; the study's runs do not move.
+    _experiment(exp, alignments=b"u1 1 2 2\n")
+    _fingerprint.cache_clear()  # a sitting's fingerprints are taken once per process
+    _freeze_inputs(plan, out, CONF)  # kept, not copied again
+    assert _expected(plan, run, CONF, out)["inputs"] == made_here
+    assert _expected(plan, run, CONF, tmp_path / "elsewhere")["inputs"] != made_here
