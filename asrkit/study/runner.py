@@ -379,7 +379,8 @@ def _input_files(cfg: AsrkitConfig, decoded: bool) -> list[Path]:
     else:
         files += sorted((exp_dir / "tokenizer").glob("*"))
     if decoded:
-        files += [_graph_dir(cfg) / "HCLG.fst", _graph_dir(cfg) / "words.txt"]
+        graph = _graph_dir(cfg)
+        files += [graph / "HCLG.fst", graph / "words.txt"]
     return files
 
 
