@@ -366,12 +366,17 @@ def test_lattice_rescoring_matches_the_brute_force_at_every_weight(which: str, r
     assert len(seen) > 1, "the sweep should change the answer on this data"
 
 
-def test_sweep_in_two_jobs_equals_one_utterance_at_a_time(tri: Setup) -> None:
-    rng = np.random.default_rng(11)
-    scores = {
-        f"u{k}": rng.normal(0.0, 3.0, size=(T + k, tri.trans_model.num_pdfs)).astype(np.float32)
-        for k in range(5)
+def _noise(setup: Setup, *, seed: int, utts: int) -> dict[str, np.ndarray]:
+    """Random log-likelihoods of ``utts`` utterances of ``T``, ``T + 1``, ... frames."""
+    rng = np.random.default_rng(seed)
+    return {
+        f"u{k}": rng.normal(0.0, 3.0, size=(T + k, setup.trans_model.num_pdfs)).astype(np.float32)
+        for k in range(utts)
     }
+
+
+def test_sweep_in_two_jobs_equals_one_utterance_at_a_time(tri: Setup) -> None:
+    scores = _noise(tri, seed=11, utts=5)
     scores["short"] = np.zeros((2, tri.trans_model.num_pdfs), dtype=np.float32)  # reaches no final state
     weights, penalties = [2.0, 10.0], [0.0, 1.0]
     decoder = _decoder(tri)
@@ -384,11 +389,7 @@ def test_sweep_in_two_jobs_equals_one_utterance_at_a_time(tri: Setup) -> None:
 
 
 def test_a_stopped_sweep_goes_on_from_its_journal(tri: Setup, tmp_path: Path, monkeypatch) -> None:
-    rng = np.random.default_rng(13)
-    scores = {
-        f"u{k}": rng.normal(0.0, 3.0, size=(T + k, tri.trans_model.num_pdfs)).astype(np.float32)
-        for k in range(6)
-    }
+    scores = _noise(tri, seed=13, utts=6)
     weights, penalties = [2.0, 10.0], [0.0, 1.0]
     whole = _decoder(tri).sweep(scores, weights, word_penalties=penalties)
     path = tmp_path / "decode_dev" / "sweep.jsonl"
@@ -436,11 +437,7 @@ def test_a_stopped_sweep_goes_on_from_its_journal(tri: Setup, tmp_path: Path, mo
 
 
 def test_forked_jobs_share_one_journal(tri: Setup, tmp_path: Path, monkeypatch) -> None:
-    rng = np.random.default_rng(14)
-    scores = {
-        f"u{k}": rng.normal(0.0, 3.0, size=(T + k, tri.trans_model.num_pdfs)).astype(np.float32)
-        for k in range(5)
-    }
+    scores = _noise(tri, seed=14, utts=5)
     whole = _decoder(tri).sweep(scores, [2.0])
     journal = SweepJournal(tmp_path / "sweep.jsonl", {})
     journal.begin(_decoder(tri), [2.0], [0.0])
@@ -456,11 +453,7 @@ def test_forked_jobs_share_one_journal(tri: Setup, tmp_path: Path, monkeypatch) 
 
 
 def test_best_words_and_the_first_pass_equal_the_lattice_at_their_point(tri: Setup) -> None:
-    rng = np.random.default_rng(12)
-    scores = {
-        f"u{k}": rng.normal(0.0, 3.0, size=(T + k, tri.trans_model.num_pdfs)).astype(np.float32)
-        for k in range(6)
-    }
+    scores = _noise(tri, seed=12, utts=6)
     weights, penalties = [2.0, 10.0], [0.0, 1.5]
     swept = _decoder(tri).sweep(scores, weights, word_penalties=penalties)
     for weight in weights:
