@@ -30,6 +30,7 @@ from asrkit.models.checkpoint import load_model_bundle
 from asrkit.progress import Progress
 from asrkit.targets.forced_align import ctc_forced_align
 from asrkit.targets.tokenizer import Tokenizer
+from asrkit.training.threads import ThreadGovernor
 
 log = logging.getLogger(__name__)
 
@@ -154,22 +155,37 @@ class Recognizer:
     ) -> Iterator[tuple[str, torch.Tensor]]:
         """``(utterance, (T', V) scores)`` of the model's ``head`` output (``ctc``
         log-probabilities or ``frame`` logits) on the CPU, batched by length by the
-        loader's planner and read batch by batch (a streamed set is never held whole)."""
+        loader's planner and read batch by batch (a streamed set is never held whole).
+
+        On the CPU the intra-op threads follow the cores other processes leave free, as
+        training's do (:class:`~asrkit.training.threads.ThreadGovernor`; the outputs do
+        not depend on the count): beside a busy process on two cores, two spinning
+        OpenMP threads made a hybrid's acoustic scores about 10x slower."""
         source = as_source(data)
         reader = source.reader()
         lengths = np.asarray(source.lengths)
         short = np.flatnonzero(lengths <= self.max_chunk_frames)
+        threads = torch.get_num_threads()
+        governor = (
+            ThreadGovernor(threads, interval_s=0.5) if self.device.type == "cpu" and threads > 1 else None
+        )
         try:
             for idx in plan_buckets(lengths[short], max_frames=self.max_frames, max_batch=64):
+                if governor is not None:
+                    governor.poll()
                 batch = reader.read_batch(short[idx]).to(self.device)
                 result = self._forward(batch.feats, batch.lengths, head)
                 for b, utt in enumerate(batch.utts):
                     yield utt, result[head][b, : int(result["lengths"][b])].cpu()
             for i in np.flatnonzero(lengths > self.max_chunk_frames).tolist():
+                if governor is not None:
+                    governor.poll()
                 (whole,) = reader.read([i])
                 yield whole.utt, self._chunked(whole.feats, head)
         finally:
             reader.close()
+            if governor is not None:
+                torch.set_num_threads(threads)
 
     def _forward(self, feats: torch.Tensor, lengths: torch.Tensor, head: str) -> dict[str, torch.Tensor]:
         result = self.model(feats, lengths)

@@ -277,6 +277,53 @@ def test_decode_writes_well_formed_kaldi_text(tmp_path: Path, tokenizer: Tokeniz
     assert set(parsed) == set(TEXTS)
 
 
+def test_decoding_threads_follow_the_free_cores_and_come_back(
+    tmp_path: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen 2026-12-05: a hybrid's acoustic scores beside two busy processes on two cores
+    ran about 10x slower on torch's two spinning threads; training had its governor,
+    decoding did not. The governor is asked before every batch, the count it sets is
+    used, and the caller's count is back afterwards; the words do not change."""
+    from asrkit.decoding import recognizer as module
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=tokenizer.num_tokens)
+    exp = tmp_path / "exp"
+    (exp / "tokenizer").mkdir(parents=True)
+    for name in ("sp.model", "units.txt", "words.txt"):
+        (exp / "tokenizer" / name).write_bytes((tokenizer.model_dir / name).read_bytes())
+    meta = {"model": model.args, "features": {"num_mel_bins": 8}, "cmvn": "none", "tokenizer": "tokenizer"}
+    save_checkpoint(exp / "model.pt", {"model": model.state_dict(), "meta": meta})
+    recognizer = module.Recognizer(exp)
+    recognizer.max_frames = 1  # a batch per utterance
+    seen: list[int] = []
+
+    class Busy:  # another process keeps one of two cores busy
+        def __init__(self, most: int, **_: object) -> None:
+            assert most == 2
+
+        def poll(self) -> int:
+            torch.set_num_threads(1)
+            return 1
+
+    real_forward = recognizer._forward
+
+    def forward(*args: object) -> dict:
+        seen.append(torch.get_num_threads())
+        return real_forward(*args)
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        alone = recognizer.recognize(_utts(tokenizer))
+        monkeypatch.setattr(module, "ThreadGovernor", Busy)
+        monkeypatch.setattr(recognizer, "_forward", forward)
+        assert recognizer.recognize(_utts(tokenizer)) == alone
+        assert seen == [1] * len(TEXTS) and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_checkpoint_averaging_is_the_elementwise_mean(tmp_path: Path) -> None:
     from asrkit.models.checkpoint import average_checkpoints
 
