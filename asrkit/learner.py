@@ -50,6 +50,7 @@ from asrkit.models.checkpoint import (
 from asrkit.models.lstm import LSTMAcousticModel, ModelConfig, build_model, model_args
 from asrkit.targets.alignments import check_alignments, read_alignments
 from asrkit.targets.tokenizer import Tokenizer
+from asrkit.threads import ThreadGovernor
 from asrkit.training.allocator import retain_freed_memory
 from asrkit.training.config import TrainConfig
 from asrkit.training.curves import plot_training_curves
@@ -57,7 +58,6 @@ from asrkit.training.objectives import Objective, build_objective
 from asrkit.training.resume import FaultInjection
 from asrkit.training.stop import StopRequest
 from asrkit.training.strategy import Strategy, TrainState
-from asrkit.training.threads import ThreadGovernor
 from asrkit.training.trainer import Trainer
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 A workstation or a shared cluster node always runs other processes. With torch's default
 of one intra-op thread per core and OpenMP threads that spin while they wait for each
 other, one competing busy process can cost a small LSTM's training far more than its
-fair share of the cores; ``train.adapt_threads`` (:mod:`asrkit.training.threads`) trains
+fair share of the cores; ``train.adapt_threads`` (:mod:`asrkit.threads`) trains
 on the cores the others leave free instead. This benchmark measures both: demo-model
 training steps on real batches (the data dir's utterances, CTC, Adam) for a fixed time, in
 a fresh process per measurement (its own OpenMP runtime), first alone, then beside a busy
@@ -35,7 +35,7 @@ from asrkit.models import ModelConfig, build_model
 from asrkit.targets import TokenizerConfig, train_tokenizer
 from asrkit.loader.batch import CmvnNormalizer
 from asrkit.loader.opening import load_utterances
-from asrkit.training.threads import ThreadGovernor
+from asrkit.threads import ThreadGovernor
 import tempfile
 
 data_dir, seconds, threads = Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])

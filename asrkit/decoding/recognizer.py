@@ -30,7 +30,7 @@ from asrkit.models.checkpoint import load_model_bundle
 from asrkit.progress import Progress
 from asrkit.targets.forced_align import ctc_forced_align
 from asrkit.targets.tokenizer import Tokenizer
-from asrkit.training.threads import ThreadGovernor
+from asrkit.threads import ThreadGovernor
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class Recognizer:
         loader's planner and read batch by batch (a streamed set is never held whole).
 
         On the CPU the intra-op threads follow the cores other processes leave free, as
-        training's do (:class:`~asrkit.training.threads.ThreadGovernor`; the outputs do
+        training's do (:class:`~asrkit.threads.ThreadGovernor`; the outputs do
         not depend on the count): beside a busy process on two cores, two spinning
         OpenMP threads made a hybrid's acoustic scores about 10x slower."""
         source = as_source(data)

@@ -169,7 +169,7 @@ class TrainConfig:
         num_threads: intra-op CPU threads (0 = torch's default).
         adapt_threads: on CPU, lower the intra-op threads to the cores other processes
             leave free, and raise them back (at most the configured count) when the cores
-            free up; checked every 2 s (:mod:`asrkit.training.threads`). The results do
+            free up; checked every 2 s (:mod:`asrkit.threads`). The results do
             not depend on it.
         best_metric: ``wer`` or ``loss`` on the dev set picks the best checkpoint.
         keep_checkpoints: epoch checkpoints kept (older ones are removed).

@@ -33,6 +33,7 @@ from asrkit.loader.sources import UtteranceSource, as_source
 from asrkit.models.checkpoint import save_checkpoint
 from asrkit.models.lstm import LSTMAcousticModel
 from asrkit.targets.tokenizer import Tokenizer
+from asrkit.threads import ThreadGovernor
 from asrkit.training.config import OptimConfig, ScheduleConfig, SpecAugConfig, TrainConfig
 from asrkit.training.objectives import CtcObjective, Objective
 from asrkit.training.resume import (
@@ -47,7 +48,6 @@ from asrkit.training.schedule import LRSchedule
 from asrkit.training.specaug import spec_augment
 from asrkit.training.stop import StopRequest, TrainingStopped
 from asrkit.training.strategy import Strategy, TrainState
-from asrkit.training.threads import ThreadGovernor
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from asrkit.training.threads import read_cpu_sample, threads_for
+from asrkit.threads import read_cpu_sample, threads_for
 
 
 @pytest.mark.skipif(

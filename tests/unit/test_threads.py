@@ -1,4 +1,4 @@
-"""Intra-op threads against a busy CPU (asrkit.training.threads): the arithmetic on made-up
+"""Intra-op threads against a busy CPU (asrkit.threads): the arithmetic on made-up
 CPU accounting, the governor's decisions over time, /proc parsing, a real competitor, and
 the property that makes adapting safe (the thread count does not change the results)."""
 
@@ -11,7 +11,7 @@ import torch
 
 from asrkit.distributed.config import StrategyConfig
 from asrkit.models import ModelConfig, build_model
-from asrkit.training.threads import CpuSample, ThreadGovernor, read_cpu_sample, threads_for
+from asrkit.threads import CpuSample, ThreadGovernor, read_cpu_sample, threads_for
 from tests.distributed_learner import make_trainer
 from tests.unit.test_resume import _tokenizer
 
