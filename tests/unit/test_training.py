@@ -253,9 +253,8 @@ def test_configs_live_at_the_top_and_every_one_is_shipped() -> None:
     assert len(shipped) > 20 and [p for p in shipped if len(p.parts) > 2] == []
 
 
-def test_decode_writes_well_formed_kaldi_text(tmp_path: Path, tokenizer: Tokenizer) -> None:
-    from asrkit.decoding.recognizer import Recognizer
-
+def _tiny_experiment(tmp_path: Path, tokenizer: Tokenizer) -> Path:
+    """An experiment dir with a seeded tiny model and ``tokenizer``."""
     torch.manual_seed(0)
     model = build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=tokenizer.num_tokens)
     exp = tmp_path / "exp"
@@ -264,6 +263,13 @@ def test_decode_writes_well_formed_kaldi_text(tmp_path: Path, tokenizer: Tokeniz
         (exp / "tokenizer" / name).write_bytes((tokenizer.model_dir / name).read_bytes())
     meta = {"model": model.args, "features": {"num_mel_bins": 8}, "cmvn": "none", "tokenizer": "tokenizer"}
     save_checkpoint(exp / "model.pt", {"model": model.state_dict(), "meta": meta})
+    return exp
+
+
+def test_decode_writes_well_formed_kaldi_text(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    from asrkit.decoding.recognizer import Recognizer
+
+    exp = _tiny_experiment(tmp_path, tokenizer)
     recognizer = Recognizer(exp)
     hyp = recognizer.recognize(_utts(tokenizer))
     from asrkit.data.datadir import write_kaldi_map
@@ -286,14 +292,7 @@ def test_decoding_threads_follow_the_free_cores_and_come_back(
     used, and the caller's count is back afterwards; the words do not change."""
     from asrkit.decoding import recognizer as module
 
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(size="tiny"), input_dim=8, num_tokens=tokenizer.num_tokens)
-    exp = tmp_path / "exp"
-    (exp / "tokenizer").mkdir(parents=True)
-    for name in ("sp.model", "units.txt", "words.txt"):
-        (exp / "tokenizer" / name).write_bytes((tokenizer.model_dir / name).read_bytes())
-    meta = {"model": model.args, "features": {"num_mel_bins": 8}, "cmvn": "none", "tokenizer": "tokenizer"}
-    save_checkpoint(exp / "model.pt", {"model": model.state_dict(), "meta": meta})
+    exp = _tiny_experiment(tmp_path, tokenizer)
     recognizer = module.Recognizer(exp)
     recognizer.max_frames = 1  # a batch per utterance
     seen: list[int] = []
