@@ -33,6 +33,8 @@ DEVICES = ("auto", "cpu", "cuda")
 BEST_METRICS = ("wer", "loss")
 #: ``train.loader``: read-ahead in worker processes or in threads.
 LOADERS = ("process", "thread")
+#: ``train.precision``: the training step's arithmetic (weights and updates stay float32).
+PRECISIONS = ("fp32", "bf16")
 #: ``strategy.backend``.
 BACKENDS = ("auto", "gloo", "nccl")
 #: ``strategy.straggler.mode``.

@@ -351,6 +351,7 @@ NOT_OUTPUT_SETTINGS = frozenset(
 #: resume states) stay current.
 HASHED_WHEN_CHANGED: dict[str, Any] = {
     "optim.fused": False,
+    "train.precision": "fp32",
     "optim.base_batch": 0,
     "optim.lr_scaling": "linear",
     "schedule.warmup_epochs": 0.0,

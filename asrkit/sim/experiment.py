@@ -64,7 +64,15 @@ STEP_COST_KEYS = (
     "train.chunk_frames",
     "train.chunk_context",
     "train.clip_grad_norm",
+    "train.precision",
 )
+#: Settings added after simulated runs and step costs were recorded: named in their
+#: settings only where they differ from these defaults, so the records still answer.
+ADDED_SETTINGS: dict[str, Any] = {"train.precision": "fp32"}
+
+
+def _without_added_defaults(flat: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in flat.items() if k not in ADDED_SETTINGS or v != ADDED_SETTINGS[k]}
 
 
 def _plain(cfg: AsrkitConfig) -> dict[str, Any]:
@@ -77,7 +85,7 @@ def run_settings(cfg: AsrkitConfig, network: Network, *, comm_ratio: float | Non
     """The settings a simulated run's result depends on, flat (``strategy.learners``:
     value), with the network (its ``bytes_scale`` and the ``comm_ratio`` only when they
     change anything); the step cost is keyed separately and recorded beside."""
-    flat = flatten({key: _plain(cfg)[key] for key in RUN_SECTIONS})
+    flat = _without_added_defaults(flatten({key: _plain(cfg)[key] for key in RUN_SECTIONS}))
     chosen = {k: v for k, v in flat.items() if k not in NOT_OUTPUT_SETTINGS}
     chosen.update(
         {"network.bandwidth_gbps": network.bandwidth_gbps, "network.latency_us": network.latency_us}
@@ -121,7 +129,7 @@ def step_cost_settings(cfg: AsrkitConfig) -> dict[str, Any]:
     learner's batch caps."""
     from asrkit.sim.calibrate import learner_batch_caps
 
-    flat = flatten(_plain(cfg))
+    flat = _without_added_defaults(flatten(_plain(cfg)))
     chosen = {k: v for k, v in flat.items() if any(k == p or k.startswith(p + ".") for p in STEP_COST_KEYS)}
     max_batch, max_frames = learner_batch_caps(cfg)
     chosen.update({"learner.max_batch": max_batch, "learner.max_frames": max_frames})

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from asrkit.choices import ANNEALING, BEST_METRICS, DEVICES, LOADERS, LR_SCALINGS, OPTIMIZERS, unknown
+from asrkit.choices import (
+    ANNEALING,
+    BEST_METRICS,
+    DEVICES,
+    LOADERS,
+    LR_SCALINGS,
+    OPTIMIZERS,
+    PRECISIONS,
+    unknown,
+)
 from asrkit.errors import raise_all
 
 
@@ -199,6 +208,13 @@ class TrainConfig:
             scored (Kaldi's BLSTM chunks; :func:`asrkit.loader.batch.chunk_batch`). Multiples
             of the model's subsampling factor. Validation and decoding use whole utterances.
         chunk_context: see ``chunk_frames``.
+        precision: ``fp32``, or ``bf16``: the training step's forward and backward under
+            bfloat16 autocast (matrix products in bfloat16, the loss, the weights, the
+            gradients' accumulation and the optimizer in float32). On a CPU with
+            bfloat16 matrix units (AMX, AVX-512 BF16) a BLSTM step runs ~1.6x faster;
+            elsewhere it can be slower. Validation and decoding stay float32. At its
+            default it leaves the settings hashes as they were
+            (``asrkit.config.HASHED_WHEN_CHANGED``).
     """
 
     epochs: int = 20
@@ -222,6 +238,7 @@ class TrainConfig:
     max_steps: int = 0
     chunk_frames: int = 0
     chunk_context: int = 0
+    precision: str = "fp32"
 
     def check(self) -> None:
         problems = []
@@ -244,6 +261,7 @@ class TrainConfig:
                 "prefetch and max_steps must be >= 0 and loader_workers >= 1"
             )
         problems += unknown("train.loader", self.loader, LOADERS)
+        problems += unknown("train.precision", self.precision, PRECISIONS)
         if self.chunk_frames < 0 or self.chunk_context < 0 or (self.chunk_context and not self.chunk_frames):
             problems.append(
                 f"train.chunk_frames={self.chunk_frames}, train.chunk_context={self.chunk_context}: "

@@ -147,7 +147,11 @@ class FrameCEObjective(Objective):
         assert batch.frame_targets is not None  # _logits checked
         return (
             nn.functional.cross_entropy(
-                logits.flatten(0, 1), batch.frame_targets.flatten(), ignore_index=IGNORE, reduction="sum"
+                # float32 whatever the step's arithmetic (train.precision)
+                logits.flatten(0, 1).float(),
+                batch.frame_targets.flatten(),
+                ignore_index=IGNORE,
+                reduction="sum",
             )
             / batch.norm
         )
@@ -197,7 +201,7 @@ def build_objective(name: str, *, token_classes: bool = False) -> Objective:
 def _summed_ctc(out: dict[str, torch.Tensor], batch: Batch) -> torch.Tensor:
     """The batch's CTC loss summed over utterances (``zero_infinity`` guards too-short inputs)."""
     return nn.functional.ctc_loss(
-        out["ctc"].transpose(0, 1),
+        out["ctc"].float().transpose(0, 1),  # float32 whatever the step's arithmetic
         batch.targets,
         out["lengths"],
         batch.target_lengths,

@@ -320,7 +320,8 @@ class Trainer:
             waited += wait
             self.strategy.before_step(self.state)
             lr = self._set_lr()
-            loss = self.objective.loss(model, self._augment(batch).to(self.device, non_blocking=True))
+            with self._autocast():
+                loss = self.objective.loss(model, self._augment(batch).to(self.device, non_blocking=True))
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.strategy.after_backward(model, self.state)
@@ -369,6 +370,12 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """The training step's arithmetic (``train.precision``)."""
+        if self.cfg.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def _augment(self, batch: Batch) -> Batch:
         feats = spec_augment(batch.feats, batch.lengths, self.specaug, self.generator)

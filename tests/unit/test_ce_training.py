@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -298,6 +299,7 @@ def tiny_ce_trainer(
     epochs: int = 2,
     clip: float = 0.0,
     schedule=None,
+    precision: str = "fp32",
 ):
     """Learner ``rank``'s Trainer of a tiny frame-CE model on :data:`TEXTS` (its model seeded
     with ``rank``), for tests of strategies on the simulator's clock."""
@@ -327,6 +329,7 @@ def tiny_ce_trainer(
             progress=False,
             device="cpu",
             clip_grad_norm=clip,
+            precision=precision,
         ),
         optim=optim,
         schedule=schedule or ScheduleConfig(warmup_steps=0, anneal="none"),
@@ -337,3 +340,35 @@ def tiny_ce_trainer(
         comm=comm,
         strategy=strategy,
     )
+
+
+def test_bf16_steps_compute_in_bfloat16_and_keep_float32_weights(tmp_path: Path) -> None:
+    """train.precision=bf16: the step's matrix products run in bfloat16 (so its weights end
+    near, not at, the float32 run's), while the weights, the optimizer state and the dev
+    figures stay float32 and the model still learns."""
+    optim = OptimConfig(name="adam", lr=1e-2)
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        seen: list[torch.dtype] = []
+        trainer = tiny_ce_trainer(tmp_path / precision, 0, None, None, optim, epochs=3, precision=precision)
+        head = trainer.model.frame_head
+        handle = head.register_forward_hook(lambda module, args, out, seen=seen: seen.append(out.dtype))
+        trainer.fit()
+        handle.remove()
+        runs[precision] = trainer
+        # Training steps in the chosen arithmetic; validation (no autocast) in float32.
+        assert torch.bfloat16 in seen if precision == "bf16" else set(seen) == {torch.float32}
+        assert torch.float32 in seen
+        assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+        for state in trainer.optimizer.state.values():
+            assert all(v.dtype == torch.float32 for v in state.values() if torch.is_tensor(v) and v.dim())
+        history = trainer.state.history
+        assert history[-1]["loss"] < history[0]["loss"] and math.isfinite(history[-1]["loss"])
+    fp32, bf16 = (dict(runs[p].model.named_parameters()) for p in ("fp32", "bf16"))
+    gaps = [float((fp32[k] - bf16[k]).detach().abs().max()) for k in fp32]
+    assert 0 < max(gaps) < 0.5
+
+
+def test_an_unknown_precision_is_refused_with_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"train.precision.*fp16.*bf16"):
+        TrainConfig(precision="fp16").check()

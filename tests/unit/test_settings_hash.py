@@ -18,3 +18,22 @@ def test_corpus_dirs_counts_only_when_set() -> None:
 def test_swbd_corpus_locations_are_settings() -> None:
     cfg = to_object(compose(["+experiment=swbd_hybrid", "data.corpus_dirs.ms98=/corpora/ms98"]))
     assert cfg.data.corpus_dirs == {"eval2000_audio": "", "eval2000_text": "", "ms98": "/corpora/ms98"}
+
+
+def test_precision_names_itself_only_when_it_changes_the_arithmetic() -> None:
+    """train.precision at fp32 leaves the train stage's hash, a simulated run's settings
+    (and so its output dir) and a step cost's key as they were before the setting existed:
+    the study's runs and step costs recorded then still answer."""
+    from asrkit.sim.experiment import run_settings, step_cost_settings
+    from asrkit.sim.network import NETWORKS
+
+    plain = to_object(compose(["+experiment=an4_hybrid"]))
+    bf16 = to_object(compose(["+experiment=an4_hybrid", "train.precision=bf16"]))
+    (digest, chosen), (digest2, chosen2) = settings_hash(plain, ["train"]), settings_hash(bf16, ["train"])
+    assert "precision" not in chosen["train"] and chosen2["train"]["precision"] == "bf16"
+    assert digest != digest2
+    network = NETWORKS["infiniband"]
+    assert "train.precision" not in run_settings(plain, network)
+    assert run_settings(bf16, network)["train.precision"] == "bf16"
+    assert "train.precision" not in step_cost_settings(plain)
+    assert step_cost_settings(bf16)["train.precision"] == "bf16"
