@@ -67,12 +67,20 @@ def matmul_rate(device: torch.device, *, size: int, repeats: int = 5) -> float:
 
 
 def training_rate(
-    size: str, device: torch.device, *, batch: int, seconds: float, steps: int = 4, packed: bool = False
+    size: str,
+    device: torch.device,
+    *,
+    batch: int,
+    seconds: float,
+    steps: int = 4,
+    packed: bool = False,
+    bf16: bool = False,
 ) -> dict:
     """Achieved training FLOP/s of the ``size`` model on random ``(batch, T, 80)`` features
     of ``seconds`` length (100 frames/s; the other utterances 75-100% as long as the first),
     CTC loss, Adam; the best of ``steps`` steps. ``packed`` takes the packed-sequence LSTM
-    path on the CPU too (the baseline of the padded path the CPU uses by default)."""
+    path on the CPU too (the baseline of the padded path the CPU uses by default); ``bf16``
+    runs forward and backward under bfloat16 autocast, as ``train.precision=bf16``."""
     torch.manual_seed(0)
     model = build_model(ModelConfig(size=size), input_dim=80, num_tokens=28).to(device)
     model.padded_on_cpu = not packed
@@ -88,10 +96,15 @@ def training_rate(
     for step in range(steps + 1):
         _sync(device)
         began = time.perf_counter()
-        out = model(feats, lengths)
-        loss = torch.nn.functional.ctc_loss(
-            out["ctc"].transpose(0, 1), targets, out["lengths"], target_lengths, zero_infinity=True
-        )
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            out = model(feats, lengths)
+            loss = torch.nn.functional.ctc_loss(
+                out["ctc"].float().transpose(0, 1),
+                targets,
+                out["lengths"],
+                target_lengths,
+                zero_infinity=True,
+            )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -142,5 +155,10 @@ def bench_compute(data_dir: str = "", *, device: str = "auto", quick: bool = Fal
             baseline = training_rate(size, dev, batch=batch, seconds=seconds, packed=True)
             rate["packed_step_s"] = baseline["step_s"]
             rate["speedup_vs_packed"] = round(baseline["step_s"] / rate["step_s"], 2)
+        # train.precision=bf16 against float32, same run and batch (bfloat16 matrix units,
+        # where the machine has them, decide it).
+        half = training_rate(size, dev, batch=batch, seconds=seconds, bf16=True)
+        rate["bf16_step_s"] = half["step_s"]
+        rate["speedup_bf16"] = round(rate["step_s"] / half["step_s"], 2)
         result[size] = rate
     return result

@@ -210,11 +210,13 @@ class TrainConfig:
         chunk_context: see ``chunk_frames``.
         precision: ``fp32``, or ``bf16``: the training step's forward and backward under
             bfloat16 autocast (matrix products in bfloat16, the loss, the weights, the
-            gradients' accumulation and the optimizer in float32). On a CPU with
-            bfloat16 matrix units (AMX, AVX-512 BF16) a BLSTM step runs ~1.6x faster;
-            elsewhere it can be slower. Validation and decoding stay float32. At its
-            default it leaves the settings hashes as they were
-            (``asrkit.config.HASHED_WHEN_CHANGED``).
+            gradients' accumulation and the optimizer in float32). What it gains depends
+            on the CPU and the shapes: on this VM's (AMX) the speechocean762 hybrid's
+            epochs (256 cells, batches of up to 12,000 frames) ran 1.6-1.9x faster, the
+            compute benchmark's small batches 1.16x (demo) and 0.92x (paper size, 4
+            utterances); ``asrkit bench compute`` measures both side by side. Validation
+            and decoding stay float32. At its default it leaves the settings hashes as
+            they were (``asrkit.config.HASHED_WHEN_CHANGED``).
     """
 
     epochs: int = 20

@@ -38,8 +38,8 @@ def test_rates_are_measured() -> None:
     cpu = torch.device("cpu")
     assert matmul_rate(cpu, size=64, repeats=2) > 0
     # Utterances of 30 and 22 frames (the last 75% of the first, rounded down).
-    for packed in (False, True):
-        rate = training_rate("tiny", cpu, batch=2, seconds=0.3, steps=1, packed=packed)
+    for packed, bf16 in ((False, False), (True, False), (False, True)):
+        rate = training_rate("tiny", cpu, batch=2, seconds=0.3, steps=1, packed=packed, bf16=bf16)
         assert rate["frames"] == 52 and rate["gflop_s"] > 0 and rate["step_s"] > 0
 
 
