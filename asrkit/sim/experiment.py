@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from asrkit.config import NOT_OUTPUT_SETTINGS, AsrkitConfig, differences, flatten
+from asrkit.config import HASHED_WHEN_CHANGED, NOT_OUTPUT_SETTINGS, AsrkitConfig, differences, flatten
 from asrkit.errors import ConfigError, DataError
 from asrkit.sim.network import Network
 
@@ -68,7 +68,7 @@ STEP_COST_KEYS = (
 )
 #: Settings added after simulated runs and step costs were recorded: named in their
 #: settings only where they differ from these defaults, so the records still answer.
-ADDED_SETTINGS: dict[str, Any] = {"train.precision": "fp32"}
+ADDED_SETTINGS: dict[str, Any] = {k: HASHED_WHEN_CHANGED[k] for k in ("train.precision",)}
 
 
 def _without_added_defaults(flat: dict[str, Any]) -> dict[str, Any]:
