@@ -378,6 +378,8 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "specaug.freq_dims": 0,
     # Training i-vectors may come from pseudo-speakers of a few utterances (2026-11-30).
     "align.ivector_max_utts": 0,
+    # The decoding graphs may carry pronunciation probabilities (2026-12-05).
+    "wfst.pron_probs": False,
 }
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WordAligner", "read_pronunciations", "split_words"]
+__all__ = ["WordAligner", "read_pronunciations", "spell_words", "split_words"]
 
 #: ``(word, start s, duration s)`` per word, as :meth:`~asrkit.decoding.decoder.Decoder.word_times`.
 WordTimes = list[tuple[str, float, float]]
@@ -66,7 +66,21 @@ def split_words(
     Each word takes the first of its pronunciations (longest first) that the next phones
     spell; a silence phone that does not start one is left out as the silence between
     words. A word the lexicon lacks is spelled as ``oov`` (as the graph aligned it)."""
-    out: list[tuple[str, int, int]] = []
+    spelled = spell_words(words, phones, prons, silence=silence, oov=oov)
+    return None if spelled is None else [(word, first, last) for word, _, first, last in spelled]
+
+
+def spell_words(
+    words: Sequence[str],
+    phones: Sequence[tuple[str, int, int]],
+    prons: dict[str, list[tuple[str, ...]]],
+    *,
+    silence: frozenset[str],
+    oov: str = "",
+) -> list[tuple[str, tuple[str, ...], int, int]] | None:
+    """As :func:`split_words`, with the pronunciation each word took: ``(word, phones,
+    first frame, last frame)`` each (what Kaldi's ``ali-to-prons`` gives), or None."""
+    out: list[tuple[str, tuple[str, ...], int, int]] = []
     i = 0
     for word in words:
         candidates = sorted(prons.get(word) or prons.get(oov) or [], key=len, reverse=True)
@@ -74,7 +88,7 @@ def split_words(
             names = tuple(p[0] for p in phones[i : i + max((len(c) for c in candidates), default=0)])
             pron = next((c for c in candidates if names[: len(c)] == c), None)
             if pron is not None:
-                out.append((word, phones[i][1], phones[i + len(pron) - 1][2]))
+                out.append((word, pron, phones[i][1], phones[i + len(pron) - 1][2]))
                 i += len(pron)
                 break
             if i < len(phones) and phones[i][0] in silence:

@@ -152,6 +152,10 @@ class WfstConfig:
             ``words.txt``); empty: the last GMM system's (``gmm/<system>/graph``). A Kaldi
             graph dir (``exp/tri3/graph``) works too, for a model trained on that system's
             alignments (``align.train=exp/tri3_ali``).
+        pron_probs: build the decoding graphs from a lang dir whose lexicon carries
+            pronunciation probabilities counted from the last system's training alignments
+            (``gmm/lang_pp``, :mod:`asrkit.gmm.pronprobs`; Kaldi's ``get_prons.sh`` and
+            ``dict_dir_add_pronprobs.sh``); the GMMs train on ``gmm/lang`` either way.
         gmm_systems: the GMM systems stage 5 builds a graph for and decodes: ``all``
             (Kaldi's ``run.sh``: every rung of the ladder scored) or ``last`` (only the one
             the BLSTM decodes through, a SAT system's two passes included), which saves the
@@ -176,6 +180,7 @@ class WfstConfig:
     fmllr_estimates: int = 1
     graph: str = ""
     gmm_systems: str = "all"
+    pron_probs: bool = False
 
     def check(self) -> None:
         problems = []

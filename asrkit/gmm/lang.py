@@ -10,9 +10,12 @@ From a pronunciation lexicon it writes, into one directory:
 - ``L.fst`` (for training graphs) and ``L_disambig.fst`` (for HCLG): the lexicon as an
   OpenFst transducer (phones in, words out) with optional silence between words, written
   in OpenFst's binary format so Kaldi's and OpenFst's tools read it;
-- ``lexicon.txt``, ``lexiconp_disambig.txt``, ``phones/silence.csl``,
+- ``lexicon.txt``, ``lexiconp.txt``, ``lexiconp_disambig.txt``, ``phones/silence.csl``,
   ``phones/nonsilence.csl``, ``oov.txt``, ``phones/roots.txt`` and
   ``phones/extra_questions.txt`` (the tree builder's inputs).
+
+A lexicon may carry pronunciation probabilities (:mod:`asrkit.gmm.pronprobs`, Kaldi's
+``lexiconp.txt``): each pronunciation's ``-log p`` is then a cost on its first arc in L.
 
 Phones are not word-position dependent (Kaldi's ``--position-dependent-phones false``):
 AN4-sized corpora have too little data to split each phone four ways.
@@ -214,8 +217,13 @@ def _disambiguated(prons: list[tuple[str, tuple[str, ...]]]) -> list[tuple[str, 
     return out
 
 
+def _pron_cost(prob: float) -> float:
+    """A pronunciation's cost in L: ``-log p``, and exactly 0.0 (not -0.0) at 1."""
+    return -math.log(prob) if prob < 1.0 else 0.0
+
+
 def _lexicon_fst(
-    entries: list[tuple[int, list[int]]],
+    entries: list[tuple[int, list[int], float]],
     *,
     silence: int,
     sil_prob: float,
@@ -223,7 +231,8 @@ def _lexicon_fst(
 ) -> kaldifst.StdVectorFst:
     """L as Kaldi's ``make_lexicon_fst`` shapes it: a loop state where words start and end,
     and a silence state reached with probability ``sil_prob`` after any word (and at the
-    start); ``entries`` are ``(word id, phone ids)``, the word on the first arc."""
+    start); ``entries`` are ``(word id, phone ids, pronunciation cost)``, the word and the
+    cost (``-log p``) on the first arc."""
     fst = kaldifst.StdVectorFst()
     start, loop, sil = fst.add_state(), fst.add_state(), fst.add_state()
     fst.start = start
@@ -232,15 +241,15 @@ def _lexicon_fst(
     fst.add_arc(start, kaldifst.StdArc(0, 0, no_sil_cost, loop))
     fst.add_arc(start, kaldifst.StdArc(0, 0, sil_cost, sil))
     fst.add_arc(sil, kaldifst.StdArc(silence, 0, 0.0, loop))
-    for word, phones in entries:
+    for word, phones, cost in entries:
         state = loop
         for k, phone in enumerate(phones[:-1]):
             nxt = fst.add_state()
-            fst.add_arc(state, kaldifst.StdArc(phone, word if k == 0 else 0, 0.0, nxt))
+            fst.add_arc(state, kaldifst.StdArc(phone, 0 if k else word, 0.0 if k else cost, nxt))
             state = nxt
-        label = word if len(phones) == 1 else 0
-        fst.add_arc(state, kaldifst.StdArc(phones[-1], label, no_sil_cost, loop))
-        fst.add_arc(state, kaldifst.StdArc(phones[-1], label, sil_cost, sil))
+        label, first = (word, cost) if len(phones) == 1 else (0, 0.0)
+        fst.add_arc(state, kaldifst.StdArc(phones[-1], label, first + no_sil_cost, loop))
+        fst.add_arc(state, kaldifst.StdArc(phones[-1], label, first + sil_cost, sil))
     fst.set_final(loop, 0.0)
     if disambig_loop is not None:
         # #0 passes through L where G backs off (Kaldi's fstaddselfloops).
@@ -259,6 +268,7 @@ def prepare_lang(
     oov_word: str = "",
     num_sil_states: int = 5,
     num_nonsil_states: int = 3,
+    pron_probs: Mapping[tuple[str, tuple[str, ...]], float] | None = None,
 ) -> Lang:
     """Write a lang dir for ``lexicon`` (word -> pronunciations) into ``out_dir``.
 
@@ -272,10 +282,13 @@ def prepare_lang(
         oov_word: a lexicon word that stands for words not in the lexicon (Kaldi's
             ``<unk>``), or ``""``: then an unknown transcript word is an error.
         num_sil_states / num_nonsil_states: HMM states per silence / other phone.
+        pron_probs: ``(word, phones) -> p`` in (0, 1] (Kaldi's max-normalised pronunciation
+            probabilities: a word's likeliest pronunciation has 1); a pronunciation it
+            lacks has 1. None: every pronunciation 1, as a lexicon without them.
 
     Raises:
-        DataError: an empty lexicon, a reserved word, a word without phones, or a bad
-            ``oov_word``.
+        DataError: an empty lexicon, a reserved word, a word without phones, a bad
+            ``oov_word`` or a pronunciation probability outside (0, 1].
     """
     out_dir = Path(out_dir)
     if not 0.0 < sil_prob < 1.0:
@@ -291,6 +304,14 @@ def prepare_lang(
             entries.append((word, seq))
     if not entries:
         raise DataError("lexicon: no words; a lang dir needs a pronunciation lexicon")
+    probs = {entry: float((pron_probs or {}).get(entry, 1.0)) for entry in entries}
+    bad_probs = [(word, pron, v) for (word, pron), v in probs.items() if not 0.0 < v <= 1.0]
+    if bad_probs:
+        bad_word, bad_pron, bad_value = bad_probs[0]
+        raise DataError(
+            f"lexicon: pronunciation probability {bad_value} of '{bad_word}' ({' '.join(bad_pron)}): "
+            "must be in (0, 1] (max-normalised, as Kaldi's lexiconp.txt)"
+        )
     if oov_word and oov_word not in lexicon:
         raise DataError(f"oov word '{oov_word}' is not in the lexicon; add it with a pronunciation")
     others = sorted({p for _, pron in entries for p in pron} - {silence_phone})
@@ -327,9 +348,10 @@ def prepare_lang(
         ),
     )
     atomic_write(tmp / "lexicon.txt", "".join(f"{w} {' '.join(p)}\n" for w, p in entries))
+    atomic_write(tmp / "lexiconp.txt", "".join(f"{w} {probs[w, p]:g} {' '.join(p)}\n" for w, p in entries))
     atomic_write(
         tmp / "lexiconp_disambig.txt",
-        "".join(f"{w} 1.0 {' '.join(p)}{f' #{k}' if k else ''}\n" for w, p, k in disambiguated),
+        "".join(f"{w} {probs[w, p]:g} {' '.join(p)}{f' #{k}' if k else ''}\n" for w, p, k in disambiguated),
     )
     atomic_write(tmp / "oov.txt", f"{oov_word}\n" if oov_word else "")
     atomic_write(tmp / "phones" / "silence.csl", "1\n")
@@ -344,10 +366,11 @@ def prepare_lang(
         f"{ids[silence_phone]}\n{' '.join(str(ids[p]) for p in others)}\n",
     )
 
-    plain = [(words[w], [ids[p] for p in pron]) for w, pron in entries]
+    plain = [(words[w], [ids[p] for p in pron], _pron_cost(probs[w, pron])) for w, pron in entries]
     _lexicon_fst(plain, silence=1, sil_prob=sil_prob).write(str(tmp / "L.fst"))
     marked = [
-        (words[w], [ids[p] for p in pron] + ([ids[f"#{k}"]] if k else [])) for w, pron, k in disambiguated
+        (words[w], [ids[p] for p in pron] + ([ids[f"#{k}"]] if k else []), _pron_cost(probs[w, pron]))
+        for w, pron, k in disambiguated
     ]
     _lexicon_fst(marked, silence=1, sil_prob=sil_prob, disambig_loop=(ids["#0"], words["#0"])).write(
         str(tmp / "L_disambig.fst")

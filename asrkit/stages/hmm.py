@@ -48,6 +48,7 @@ from asrkit.stages.registry import StageContext, stage
 if TYPE_CHECKING:
     from asrkit.decoding.wfst import WfstDecoder
     from asrkit.gmm.graph import GraphDir
+    from asrkit.gmm.lang import Lang
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +236,7 @@ def _gmm_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     outputs=lambda ctx: [
         *(folder / "hyp" for _, folder, _ in _gmm_folders(ctx)),
         *(gmm_dir(ctx) / name / "graph" / "HCLG.fst" for name in decoded_systems(ctx)),
+        *([gmm_dir(ctx) / PRON_LANG / "L_disambig.fst"] if ctx.cfg.wfst.pron_probs else []),
     ],
 )
 def gmm_decode(ctx: StageContext) -> None:
@@ -246,16 +248,20 @@ def gmm_decode(ctx: StageContext) -> None:
     root = gmm_dir(ctx)
     lang = load_lang(root / "lang")
     timings: dict[str, float] = {}
+    began = time.monotonic()
+    graph_lang = _pron_lang(ctx) if ctx.cfg.wfst.pron_probs else lang
+    if ctx.cfg.wfst.pron_probs:
+        timings["pron_probs"] = round(time.monotonic() - began, 2)
+        began = time.monotonic()
     # G depends on the lang and the LM only: built once for every system (as Kaldi's
     # format_lm.sh, and the HMM benchmark), not once per graph.
-    began = time.monotonic()
-    grammar = make_g(_lm(ctx), lang)
+    grammar = make_g(_lm(ctx), graph_lang)
     timings["G"] = round(time.monotonic() - began, 2)
     for system_name in decoded_systems(ctx):
         began = time.monotonic()
         system = GmmSystem.load(root / system_name, lang)
         graph = make_graph(
-            lang,
+            graph_lang,
             system.ctx_dep,
             system.trans_model,
             grammar,
@@ -291,6 +297,29 @@ def gmm_decode(ctx: StageContext) -> None:
         _first_passes(ctx, root / system_name, prepared)
         _rtf(timings, f"{system_name}_", prepared)
     atomic_write(root / "decode_timings.json", json.dumps(timings, indent=2) + "\n")
+
+
+#: The lang dir with pronunciation probabilities the graphs are built from
+#: (``wfst.pron_probs``), beside the plain ``gmm/lang`` the GMMs train with.
+PRON_LANG = "lang_pp"
+
+
+def _pron_lang(ctx: StageContext) -> Lang:
+    """``gmm/lang`` with the pronunciation probabilities of the last system's training
+    alignments (of the original recordings, as the GMMs trained on), in ``gmm/lang_pp``."""
+    from asrkit.data.perturb import original_only, perturbed_factors
+    from asrkit.gmm.pronprobs import lang_with_pron_probs
+
+    root, train_set = gmm_dir(ctx), ctx.cfg.data.train_set
+    texts = read_data_dir(root / "data" / train_set).text or {}
+    texts = original_only(texts, perturbed_factors(ctx.data_root / train_set))
+    return lang_with_pron_probs(
+        root / "lang",
+        root / system_names(ctx)[-1],
+        root / f"ali_{train_set}",
+        {utt: text.split() for utt, text in texts.items()},
+        root / PRON_LANG,
+    )
 
 
 def _first_passes(ctx: StageContext, system_dir: Path, prepared: Mapping[str, Prepared]) -> None:

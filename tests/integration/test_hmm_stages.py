@@ -307,6 +307,40 @@ def test_stage_records_and_a_rerun_skips_every_stage(hybrid: Hybrid) -> None:
     assert model.stat().st_mtime_ns == before
 
 
+def test_pron_probs_build_the_graphs_from_a_lang_with_the_alignments_counts(
+    hybrid: Hybrid, tmp_path: Path
+) -> None:
+    """wfst.pron_probs: stage 5 counts the last system's pronunciations in the training
+    alignments, writes gmm/lang_pp with Kaldi's max-normalised probabilities, and builds
+    and decodes the graph from it; the GMMs' own lang is left as it was."""
+    from asrkit.decoding.word_align import read_pronunciations as read_lexicon
+    from asrkit.gmm.pronprobs import pron_probs, read_pron_counts
+
+    exp = tmp_path / "exp"
+    shutil.copytree(hybrid.exp, exp, ignore=shutil.ignore_patterns("decode_*", "checkpoints"))
+    plain_lang = {f.name: f.read_bytes() for f in (exp / "gmm" / "lang").iterdir() if f.is_file()}
+    result = run_cli(
+        *_stages(5, 5, *_args(hybrid.root, "wfst.pron_probs=true", "wfst.gmm_systems=last", exp=exp))
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    pp = exp / "gmm" / "lang_pp"
+    assert "pronunciation probabilities from" in result.stderr
+    counts = read_pron_counts(pp / "pron_counts.txt")
+    texts = read_data_dir(hybrid.data / "train").text or {}
+    words = sum(len(t.split()) for t in texts.values())
+    assert 0.9 * words <= sum(counts.values()) <= words  # nearly every training word spelled
+    lexicon = read_lexicon(exp / "gmm" / "lang" / "lexicon.txt")
+    expected = pron_probs(lexicon, counts)
+    for line in (pp / "lexiconp.txt").read_text().splitlines():
+        word, prob, *phones = line.split()
+        assert float(prob) == pytest.approx(expected[(word, tuple(phones))], rel=1e-5), line
+    for name in ("words.txt", "phones.txt", "topo"):
+        assert (pp / name).read_bytes() == plain_lang[name]
+    assert {f.name: f.read_bytes() for f in (exp / "gmm" / "lang").iterdir() if f.is_file()} == plain_lang
+    assert (exp / "gmm" / "tri1" / "graph" / "HCLG.fst").is_file()
+    assert _wer(exp / "gmm" / "tri1" / "decode_test" / "scoring" / "wer") < 90.0
+
+
 def test_a_graph_that_cannot_be_written_whole_fails_the_stage_and_a_gone_one_is_made_again(
     hybrid: Hybrid,
 ) -> None:
