@@ -20,7 +20,6 @@ dev set (docs/hybrid.md).
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -32,6 +31,7 @@ from asrkit.data.io import atomic_write
 from asrkit.decoding.word_align import WordAligner, spell_words
 from asrkit.errors import DataError
 from asrkit.gmm.lang import Lang, load_lang, prepare_lang
+from asrkit.targets.alignments import read_alignments
 
 log = logging.getLogger(__name__)
 
@@ -97,22 +97,6 @@ def read_pron_counts(path: str | Path) -> Counter[Pron]:
     return counts
 
 
-def _transition_ids(ali_dir: Path) -> dict[str, np.ndarray]:
-    """A GMM alignment dir's transition-ids (its ``ali.N.gz`` as they are, not as pdfs)."""
-    from asrkit.targets.alignments import read_alignments
-
-    parts = sorted(
-        ali_dir.glob("ali.*.gz"),
-        key=lambda p: int(m.group(1)) if (m := re.match(r"ali\.(\d+)\.gz$", p.name)) else 0,
-    )
-    if not parts:
-        raise DataError(f"{ali_dir}: no ali.N.gz; run the GMM stage (4) to align the training set")
-    out: dict[str, np.ndarray] = {}
-    for part in parts:
-        out.update(read_alignments(str(part)))
-    return out
-
-
 def lang_with_pron_probs(
     lang_dir: str | Path,
     system_dir: str | Path,
@@ -128,7 +112,9 @@ def lang_with_pron_probs(
     aligner = WordAligner.from_dirs(lang_dir, system_dir, acoustic_scale=0.1)
     oov_file = lang_dir / "oov.txt"
     oov = oov_file.read_text(encoding="utf-8").strip() if oov_file.is_file() else ""
-    counts, missed = count_pronunciations(aligner, _transition_ids(ali_dir), texts, oov=oov)
+    counts, missed = count_pronunciations(
+        aligner, read_alignments(str(ali_dir), labels="transition"), texts, oov=oov
+    )
     if not counts:
         raise DataError(
             f"{ali_dir}: none of the {len(texts)} utterances could be spelled from its alignments; "

@@ -221,7 +221,8 @@ def read_alignments(source: str, *, labels: str = "pdf") -> dict[str, np.ndarray
             in numeric order, else ``ali.ark``). A dir that also holds ``final.mdl`` is a
             Kaldi GMM dir: its alignments are transition-ids, converted through the model.
         labels: what transition-ids become: ``pdf`` (pdf-ids, as ``ali-to-pdf``) or
-            ``phone`` (as ``ali-to-phones --per-frame``). Other sources are read as they are.
+            ``phone`` (as ``ali-to-phones --per-frame``), or stay as they are (``transition``).
+            Other sources are read as they are.
 
     Returns:
         utterance id -> ``(frames,)`` int32 labels, in archive order.
@@ -235,7 +236,7 @@ def read_alignments(source: str, *, labels: str = "pdf") -> dict[str, np.ndarray
     _check_labels(labels)
     parts = _alignment_parts(source)
     model = _gmm_dir_model(source)
-    table = None if model is None else _LABELS[labels](model)
+    table = None if model is None or labels == "transition" else _LABELS[labels](model)
     model_file = model.path if model is not None else ""
     alignments: dict[str, np.ndarray] = {}
     origin: dict[str, str] = {}
@@ -492,10 +493,10 @@ def _alignment_parts(source: str) -> list[tuple[str, str, str]]:
 
 
 def _check_labels(labels: str) -> None:
-    if labels not in _LABELS:
+    if labels not in (*_LABELS, "transition"):
         raise ConfigError(
             f"alignment labels={labels!r}: a GMM dir's transition-ids become {' or '.join(_LABELS)} "
-            "labels; use one of these"
+            "labels, or stay transition-ids (transition); use one of these"
         )
 
 
