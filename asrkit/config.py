@@ -380,6 +380,8 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "align.ivector_max_utts": 0,
     # The decoding graphs may carry pronunciation probabilities (2026-12-05).
     "wfst.pron_probs": False,
+    # The hybrid network may read the fMLLR features without the fbank (2026-12-05).
+    "align.fbank": True,
 }
 
 

@@ -256,9 +256,13 @@ def model_card(exp_dir: Path, kind: str, files: list[Path], model: str = "model.
         f"- Network: {'B' if net.get('bidirectional') else ''}LSTM, {net.get('layers', '?')} layers of "
         f"{net.get('hidden', '?')} cells ({get('model.size')} size), input stacked x{net.get('stack', 1)}, "
         f"subsampled x{net.get('subsample', 1)}",
-        f"- Input: {feats.get('kind', '?')}, {feats.get('num_mel_bins', '?')} bins at "
-        f"{feats.get('sample_rate', '?')} Hz, CMVN {meta.get('cmvn', '?')}"
-        + (", joined with the speaker's fMLLR features" if meta.get("fmllr") else "")
+        (
+            "- Input: the speaker's fMLLR features (no fbank)"
+            if meta.get("fmllr") and not meta.get("fbank", True)
+            else f"- Input: {feats.get('kind', '?')}, {feats.get('num_mel_bins', '?')} bins at "
+            f"{feats.get('sample_rate', '?')} Hz, CMVN {meta.get('cmvn', '?')}"
+            + (", joined with the speaker's fMLLR features" if meta.get("fmllr") else "")
+        )
         + (f" and a {meta['ivector_dim']}-dim i-vector" if meta.get("ivector_dim") else ""),
         f"- Trained on: {corpus} ({get('data.train_set')}), seed {get('seed')}",
         f"- Trained by: `{command}`",

@@ -249,6 +249,7 @@ def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it
         from asrkit.gmm.nnet_input import fmllr_data_root, fmllr_dim
 
         data_root = fmllr_data_root(exp_dir)
+        dim = dim if cfg.align.fbank else 0  # align.fbank=false: the fMLLR features alone
         dim += fmllr_dim(Path(alignment_source(cfg, exp_dir, "train"))) + cfg.align.ivector_dim
     train_dir, dev_dir = data_root / cfg.data.train_set, data_root / cfg.data.dev_set
     stats = None
@@ -286,6 +287,7 @@ def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it
         "objective": cfg.objective,
         "decode_head": objective.decodes_from,
         "fmllr": cfg.align.fmllr,
+        "fbank": cfg.align.fbank,
         "ivector_dim": cfg.align.ivector_dim,
     }
     return LearnerParts(

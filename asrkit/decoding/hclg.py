@@ -377,7 +377,9 @@ class HybridDecoder(HclgDecoder):
         from asrkit.loader.batch import Utterance
         from asrkit.loader.sources import InMemorySource
 
-        joined = self.adapter.joined(recordings, self.recognizer.features)
+        joined = self.adapter.joined(
+            recordings, self.recognizer.features, with_fbank=self.recognizer.meta.get("fbank", True)
+        )
         stats = speaker_stats(joined.values(), self.adapter.ivector_dim)
         normalize = self.recognizer.normalize
         utts = [Utterance(utt, normalize(x, stats), np.zeros(0, dtype=np.int64)) for utt, x in joined.items()]

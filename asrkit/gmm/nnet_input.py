@@ -1,5 +1,6 @@
 """The hybrid network's speaker-adapted input (``align.fmllr``): each frame's fbank and its
-fMLLR features side by side, as IBM's Switchboard BLSTMs join log-mel and fMLLR input.
+fMLLR features side by side, as IBM's Switchboard BLSTMs join log-mel and fMLLR input
+(``align.fbank=false``: the fMLLR features alone, as Kaldi's nnet1 DNNs read them).
 
 The fMLLR features are the SAT system's: spliced MFCC + CMVN through its LDA+MLLT
 ``final.mat``, then the speaker's own transform (``trans.1``). The training and dev
@@ -93,8 +94,10 @@ def write_fmllr_dir(
     *,
     ivectors: IvectorExtractor | None = None,
     ivector_max_utts: int = 0,
+    fbank: bool = True,
 ) -> int:
-    """A data dir at ``out_dir`` whose features are ``data_dir``'s (fbank) joined to the
+    """A data dir at ``out_dir`` whose features are ``data_dir``'s (fbank; left out with
+    ``fbank=False``, the data dir then giving the utterances, speakers and frame counts) joined to the
     fMLLR features of ``gmm_data`` (its MFCC + CMVN) through ``adaptation``'s
     ``final.mat`` and each speaker's transform of ``speakers`` (and, with ``ivectors``, to
     each speaker's i-vector from its speaker-independent LDA+MLLT features, or with
@@ -135,17 +138,17 @@ def write_fmllr_dir(
         for utt in data.utt_ids:
             if utt not in base.scp:
                 raise DataError(f"{gmm_data}/feats.scp: no MFCC for {utt}; rerun stage 4 (gmm)")
-            fbank = read_matrix(scp[utt])
+            raw = read_matrix(scp[utt])
             adapted = fmllr(utt)
-            if fbank.shape[0] != adapted.shape[0]:
+            if raw.shape[0] != adapted.shape[0]:
                 raise DataError(
-                    f"{utt}: {fbank.shape[0]} fbank frames in {data_dir} but {adapted.shape[0]} MFCC "
+                    f"{utt}: {raw.shape[0]} fbank frames in {data_dir} but {adapted.shape[0]} MFCC "
                     f"frames in {gmm_data}; compute both with the same frame settings (rerun stages 2 and 4)"
                 )
             spk = data.utt2spk[utt]
-            parts = [fbank, adapted]
+            parts = [raw, adapted] if fbank else [adapted]
             if ivectors is not None:
-                parts.append(np.broadcast_to(vectors[units[utt]], (len(fbank), ivector_dim)))
+                parts.append(np.broadcast_to(vectors[units[utt]], (len(raw), ivector_dim)))
             both = np.hstack(parts).astype(np.float32)
             dim = both.shape[1]
             stats = speaker_stats([both], ivector_dim)
@@ -173,9 +176,10 @@ def write_fmllr_dir(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     log.info(
-        "%s: %d utterances, fbank and fMLLR features%s joined (%d dims)",
+        "%s: %d utterances, %s%s joined (%d dims)",
         out_dir,
         len(data.utt_ids),
+        "fbank and fMLLR features" if fbank else "fMLLR features (no fbank)",
         f" and {ivector_dim}-dim i-vectors" if ivector_dim else "",
         dim,
     )
@@ -273,11 +277,13 @@ def write_training_inputs(
     *,
     ivectors: AlignConfig | None = None,
     seed: int = 0,
+    fbank: bool = True,
 ) -> None:
     """The joined features of the training and dev sets: ``sets`` maps each set's name to
     its alignment dir (whose ``final.mat`` and ``trans.1`` give the fMLLR features), the
     training set first. With ``ivectors`` (``align`` settings whose ``ivector_dim`` > 0),
-    the i-vector extractor is trained on the first set and every speaker gets one."""
+    the i-vector extractor is trained on the first set and every speaker gets one.
+    ``fbank``: the fbank features are part of the input."""
     extractor = None
     if ivectors is not None and ivectors.ivector_dim:
         name, ali_dir = next(iter(sets.items()))
@@ -306,16 +312,23 @@ def write_training_inputs(
             ivectors=extractor,
             # The training set's only: the dev set is scored as decoded sets are.
             ivector_max_utts=ivectors.ivector_max_utts if ivectors is not None and index == 0 else 0,
+            fbank=fbank,
         )
 
 
 def write_decoding_input(
-    exp_dir: Path, data_dir: Path, name: str, system_dir: Path, *, ivectors: bool = False
+    exp_dir: Path,
+    data_dir: Path,
+    name: str,
+    system_dir: Path,
+    *,
+    ivectors: bool = False,
+    fbank: bool = True,
 ) -> Path:
     """The joined features of a decoded set, its speakers' transforms from the SAT
     system's two-pass decoding of it (``<system_dir>/decode_<name>/trans.1``) (and, with
-    ``ivectors``, their i-vectors by the training stage's extractor); returns the data dir
-    written."""
+    ``ivectors``, their i-vectors by the training stage's extractor; without ``fbank``, no
+    fbank features); returns the data dir written."""
     adaptation = Adaptation.read(system_dir)
     if adaptation is None:
         fmllr_dim(system_dir)
@@ -328,7 +341,13 @@ def write_decoding_input(
     out = fmllr_data_root(exp_dir) / f"decode_{name}" / name
     extractor = read_ivector_extractor(exp_dir) if ivectors else None
     write_fmllr_dir(
-        data_dir, Path(exp_dir) / "gmm" / "data" / name, adaptation, speakers, out, ivectors=extractor
+        data_dir,
+        Path(exp_dir) / "gmm" / "data" / name,
+        adaptation,
+        speakers,
+        out,
+        ivectors=extractor,
+        fbank=fbank,
     )
     return out
 
@@ -420,10 +439,15 @@ class SpeakerAdapter:
         return self.ivectors.dim if self.ivectors is not None else 0
 
     def joined(
-        self, recordings: Sequence[tuple[str, np.ndarray, int, str]], fbank: FeatureConfig
+        self,
+        recordings: Sequence[tuple[str, np.ndarray, int, str]],
+        fbank: FeatureConfig,
+        *,
+        with_fbank: bool = True,
     ) -> dict[str, np.ndarray]:
         """``(utt, samples, rate, where)`` of one speaker -> utt -> fbank and fMLLR
-        features (and the speaker's i-vector) side by side (not normalised)."""
+        features (and the speaker's i-vector) side by side (not normalised); without
+        ``with_fbank``, the fMLLR features (and i-vector) alone."""
         from asrkit.features.extractors import extract
         from asrkit.gmm.adapt import TransformedFeatures, adapt_test_speakers
 
@@ -458,7 +482,7 @@ class SpeakerAdapter:
                     f"{where}: {len(raw)} fbank frames but {len(fmllr)} MFCC frames; the model's "
                     "features and the GMM stage's must share their frame settings"
                 )
-            parts = [raw, fmllr]
+            parts = [raw, fmllr] if with_fbank else [fmllr]
             if vector is not None:
                 parts.append(np.broadcast_to(vector, (len(raw), len(vector))))
             out[utt] = np.hstack(parts).astype(np.float32)

@@ -430,7 +430,12 @@ def hybrid_decode(ctx: StageContext) -> None:
 
         name, data_dir = target
         return name, write_decoding_input(
-            ctx.exp_dir, data_dir, name, last, ivectors=bool(ctx.cfg.align.ivector_dim)
+            ctx.exp_dir,
+            data_dir,
+            name,
+            last,
+            ivectors=bool(ctx.cfg.align.ivector_dim),
+            fbank=recognizer.meta.get("fbank", True),
         )
 
     tune_and_decode(

@@ -70,6 +70,7 @@ def train(ctx: StageContext) -> None:
             },
             ivectors=ctx.cfg.align,
             seed=ctx.cfg.seed,
+            fbank=ctx.cfg.align.fbank,
         )
     if strategy.world_size > 1 and not under_torchrun():
         began = time.time()

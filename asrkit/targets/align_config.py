@@ -35,6 +35,8 @@ class AlignConfig:
             ``trans.1``; :mod:`asrkit.gmm.nnet_input`), IBM's speaker-adapted input.
             Decoded sets take their speakers' transforms from the SAT system's two-pass
             decoding (stage 5).
+        fbank: with ``align.fmllr``, the fbank features are part of the input (false: the
+            fMLLR features, and the i-vector, alone, as Kaldi's nnet1 DNNs read fMLLR).
         ivector_dim: with ``align.fmllr``, each frame also gets its speaker's i-vector of
             this many dimensions (0: none; Kaldi's nnet recipes use 100): a UBM and an
             extractor trained on the training set's speaker-independent LDA+MLLT features
@@ -56,6 +58,7 @@ class AlignConfig:
     sets: list[str] = field(default_factory=list)
     model: str = "model.pt"
     fmllr: bool = False
+    fbank: bool = True
     ivector_dim: int = 0
     ivector_gauss: int = 256
     ivector_max_utts: int = 0
@@ -82,6 +85,11 @@ class AlignConfig:
             raise ConfigError(
                 f"align.ivector_max_utts={self.ivector_max_utts}: give 0 (one i-vector a speaker) "
                 "or the most utterances a training i-vector is extracted from (Kaldi's recipes: 2)"
+            )
+        if not self.fbank and not self.fmllr:
+            raise ConfigError(
+                "align.fbank=false needs align.fmllr=true: without the fMLLR features the "
+                "network would have no input"
             )
         if self.ivector_dim and not self.fmllr:
             raise ConfigError(

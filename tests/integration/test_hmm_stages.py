@@ -849,10 +849,17 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
     # With i-vectors (align.ivector_dim): a UBM and extractor on the training set, each
     # speaker's i-vector after the fMLLR features, passed through the speaker's CMVN; the
     # training set's one an utterance (align.ivector_max_utts=1: pseudo-speakers of 1),
-    # the decoded set's one a speaker.
+    # the decoded set's one a speaker. Without the fbank (align.fbank=false): the fMLLR
+    # features as above, then the i-vector.
     iv_exp = tmp_path / "exp_ivector"
     shutil.copytree(exp, iv_exp)
-    iv = ("align.fmllr=true", "align.ivector_dim=4", "align.ivector_gauss=8", "align.ivector_max_utts=1")
+    iv = (
+        "align.fmllr=true",
+        "align.fbank=false",
+        "align.ivector_dim=4",
+        "align.ivector_gauss=8",
+        "align.ivector_max_utts=1",
+    )
     result = run_cli(*_stages(6, 7, "--force", *_args(hybrid.root, *ADAPTED, *iv, exp=iv_exp)))
     assert result.returncode == 0, result.stderr[-3000:]
     assert (iv_exp / "ivector" / "extractor.npz").is_file()
@@ -865,7 +872,10 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
         vectors: dict[str, np.ndarray] = {}
         for utt in sorted(joined):
             both = read_kaldi_matrix(joined[utt])
-            assert both.shape[1] == fbank_dim + 20 + 4, name
+            assert both.shape[1] == 20 + 4, name
+            # the same fMLLR features as the fbank-joined input of the experiment copied
+            fbank_joined = read_kaldi_map(exp / folder.relative_to(iv_exp) / "feats.scp")
+            np.testing.assert_array_equal(both[:, :20], read_kaldi_matrix(fbank_joined[utt])[:, fbank_dim:])
             np.testing.assert_array_equal(both[:, -4:], np.broadcast_to(both[0, -4:], (len(both), 4)))
             vectors.setdefault(units[utt], both[0, -4:])
             np.testing.assert_array_equal(both[0, -4:], vectors[units[utt]])
@@ -875,7 +885,8 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
             count = st[0, -1]
             np.testing.assert_array_equal(st[0, -5:-1], 0.0)
             np.testing.assert_array_equal(st[1, -5:-1], count)
-    assert torch.load(iv_exp / "model.pt", weights_only=False)["meta"]["ivector_dim"] == 4
+    meta = torch.load(iv_exp / "model.pt", weights_only=False)["meta"]
+    assert (meta["ivector_dim"], meta["fbank"]) == (4, False)
     result = run_cli("transcribe", str(iv_exp), "--speaker", *(wav[u] for u in utts))
     assert result.returncode == 0, result.stderr[-3000:]
     stage7 = read_kaldi_map(iv_exp / "decode_hybrid_test" / "hyp", allow_empty_value=True)

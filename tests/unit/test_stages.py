@@ -163,6 +163,7 @@ def test_the_speaker_adapted_and_open_vocabulary_settings_leave_earlier_outputs_
             "general_words",
             '"fmllr"',
             "ivector",
+            '"fbank": ',
         ):
             assert key not in flat, (n, key)
     for override, stage in (
@@ -182,3 +183,10 @@ def test_the_speaker_adapted_and_open_vocabulary_settings_leave_earlier_outputs_
     )
     with pytest.raises(ConfigError, match="align.ivector_dim=100 needs align.fmllr=true"):
         compose(["pipeline=hybrid", "objective=ce", "align.ivector_dim=100"])
+    # Leaving the fbank out of the input (align.fbank=false) trains again too.
+    assert (
+        settings_hash(compose(fmllr), stage_settings(6, pipeline="hybrid"))[0]
+        != settings_hash(compose([*fmllr, "align.fbank=false"]), stage_settings(6, pipeline="hybrid"))[0]
+    )
+    with pytest.raises(ConfigError, match="align.fbank=false needs align.fmllr=true"):
+        compose(["pipeline=hybrid", "objective=ce", "align.fbank=false"])
