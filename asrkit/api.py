@@ -40,7 +40,7 @@ class Recognizer:
     @classmethod
     def load(cls, path: str | Path, *, decode: str = "auto", device: str = "cpu") -> Recognizer:
         """The decoder of the experiment (or export) at ``path``; ``decode`` as
-        ``transcribe --decode`` (``auto``: hybrid, combined, beam_lm, beam, whichever
+        ``transcribe --decode`` (``auto``: combined, hybrid, beam_lm, beam, whichever
         the recipe tuned first; greedy when none was)."""
         from asrkit.decoding.decoder import load_decoder
         from asrkit.decoding.recognizer import check_exp_dir

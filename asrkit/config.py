@@ -382,6 +382,8 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {
     "wfst.pron_probs": False,
     # The hybrid network may read the fMLLR features without the fbank (2026-12-05).
     "align.fbank": True,
+    # A hybrid network may train on another experiment's joined input (ensembles, 2026-12-06).
+    "align.inputs_from": "",
 }
 
 

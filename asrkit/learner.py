@@ -36,7 +36,7 @@ from asrkit.distributed.launch import (
     shutdown_process_group,
 )
 from asrkit.distributed.strategies import join_torchrun
-from asrkit.errors import ConfigError, TrainingStopped
+from asrkit.errors import ConfigError, DataError, TrainingStopped
 from asrkit.features.cmvn import read_cmvn
 from asrkit.loader.batch import CmvnNormalizer
 from asrkit.loader.opening import open_data_dir
@@ -248,7 +248,12 @@ def prepare_learner(cfg: AsrkitConfig, *, data_root: Path, exp_dir: Path, log_it
         # The joined fbank + fMLLR features the training stage wrote (asrkit.gmm.nnet_input).
         from asrkit.gmm.nnet_input import fmllr_data_root, fmllr_dim
 
-        data_root = fmllr_data_root(exp_dir)
+        data_root = fmllr_data_root(Path(cfg.align.inputs_from) if cfg.align.inputs_from else exp_dir)
+        if cfg.align.inputs_from and not (data_root / cfg.data.train_set).is_dir():
+            raise DataError(
+                f"align.inputs_from={cfg.align.inputs_from}: {data_root / cfg.data.train_set} not found; "
+                "name a hybrid experiment whose training stage (stage 6) has run with align.fmllr=true"
+            )
         dim = dim if cfg.align.fbank else 0  # align.fbank=false: the fMLLR features alone
         dim += fmllr_dim(Path(alignment_source(cfg, exp_dir, "train"))) + cfg.align.ivector_dim
     train_dir, dev_dir = data_root / cfg.data.train_set, data_root / cfg.data.dev_set

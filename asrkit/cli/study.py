@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.max_runs is not None and args.max_runs < 1:
         raise ConfigError(f"--max-runs {args.max_runs}: give at least 1")
     if args.jobs is None:
-        from asrkit.stages.combine import available_cores
+        from asrkit.stages.members import available_cores
 
         args.jobs = min(2, available_cores())
     if args.epochs is not None and args.epochs < 1:

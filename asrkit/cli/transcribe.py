@@ -40,9 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=("auto", "greedy", "beam", "beam_lm", "combined", "hybrid"),
         default="auto",
         help="decoder, as the recipe's stages tuned it (EXP_DIR/decoders/<kind>.json): greedy, "
-        "beam (no LM), beam_lm (lexicon + LM), combined (every system stage 8 combined), hybrid "
-        "(a hybrid experiment's frame model through its HCLG); auto (default) = the first "
-        "of hybrid, combined, beam_lm, beam that was tuned, greedy when none was",
+        "beam (no LM), beam_lm (lexicon + LM), combined (every system or network stage 8 combined), "
+        "hybrid (a hybrid experiment's frame model through its HCLG); auto (default) = the first "
+        "of combined, hybrid, beam_lm, beam that was tuned, greedy when none was",
     )
     parser.add_argument(
         "--ctm",

@@ -237,6 +237,10 @@ def system_decoder(exp_dir: str | Path, *, device: str = "cpu", max_frames: int 
 
 
 @register_kind("combined")
-def _from_record(exp_dir: Path, record: DecodingRecord, *, model: str, device: str) -> CombinedDecoder:
+def _from_record(exp_dir: Path, record: DecodingRecord, *, model: str, device: str) -> Decoder:
+    if "members" in record.settings:  # a hybrid experiment's ensemble: averaged posteriors
+        from asrkit.decoding.hclg import hybrid_from_record
+
+        return hybrid_from_record(exp_dir, record, model=model, device=device)
     systems = [system_decoder(exp_dir / s, device=device) for s in record.settings["systems"]]
     return CombinedDecoder(exp_dir, systems, [record.point], nbest=int(record.settings["nbest"]))

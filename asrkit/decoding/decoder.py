@@ -15,7 +15,8 @@ Kinds (the decoders are registered by :func:`register_kind` in their own modules
 - ``gmm``, ``hybrid``: a GMM system's, or a hybrid network's, scores through the HCLG
   graph, lattices rescored at each weight pair (:mod:`asrkit.decoding.hclg`);
 - ``combined``: the n-best lists of several CTC systems rescored by all of them
-  (:mod:`asrkit.decoding.combine`).
+  (:mod:`asrkit.decoding.combine`), or a hybrid ensemble's averaged log posteriors
+  through HCLG (:mod:`asrkit.decoding.hclg`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 #: A grid point: (LM weight, word score or word penalty).
 Point = tuple[float, float]
 #: Every decoder kind, in the order ``load_decoder(kind="auto")`` prefers a recorded one.
-KINDS = ("hybrid", "combined", "beam_lm", "beam", "greedy", "gmm")
+KINDS = ("combined", "hybrid", "beam_lm", "beam", "greedy", "gmm")
 #: The folder, inside an experiment (or GMM system) dir, of the tuned decoders' records.
 RECORDS = "decoders"
 #: Which stage writes each kind's record (the fix when one is missing or unreadable).
@@ -334,7 +335,7 @@ def load_decoder(
 
     Args:
         exp_dir: the experiment dir (``exp/<name>``).
-        kind: one of :data:`KINDS`, or ``auto``: the first recorded of hybrid, combined,
+        kind: one of :data:`KINDS`, or ``auto``: the first recorded of combined, hybrid,
             beam_lm, beam, and greedy when none is.
         model: the network bundle to use instead of the recorded one.
         device: where the network runs.

@@ -1,12 +1,15 @@
 """Decoding through an HCLG graph: a GMM system's log-likelihoods (``gmm``), or a hybrid
 (NN-HMM) network's log posteriors minus the tied states' log priors (``hybrid``: Kaldi's
-"scaled likelihoods"; the priors are counted from the training alignments). Each
-utterance's lattice is rescored at every (LM weight, word penalty) point asked for
+"scaled likelihoods"; the priors are counted from the training alignments), or several
+such networks on the same input and tied states, their log posteriors averaged frame by
+frame (``combined``: a hybrid experiment's ensemble, stage 8). Each utterance's lattice
+is rescored at every (LM weight, word penalty) point asked for
 (:meth:`~asrkit.decoding.wfst.WfstDecoder.sweep`), so tuning decodes each set once.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -67,9 +70,13 @@ class HybridScorer:
         self.prior_floor, self.prior_scale = prior_floor, prior_scale
 
     def __call__(self, logits: torch.Tensor, num_frames: int) -> np.ndarray:
+        return self.likelihoods(logits.float().log_softmax(dim=-1).numpy(), num_frames)
+
+    def likelihoods(self, post: np.ndarray, num_frames: int) -> np.ndarray:
+        """Log posteriors ``(T', C)`` (one network's, or an ensemble's average) -> the
+        decoder's log-likelihoods ``(T, C)``."""
         from asrkit.decoding.wfst import pdf_log_likelihoods
 
-        post = logits.float().log_softmax(dim=-1).numpy()
         if self.subsample > 1:
             post = np.repeat(post, self.subsample, axis=0)[:num_frames]
         return pdf_log_likelihoods(
@@ -303,14 +310,27 @@ class GmmDecoder(HclgDecoder):
         return DecodingRecord(kind="gmm", weights=list(point), tuned_on=tuned_on, settings=settings)
 
 
+#: What a network's input and outputs are, as its bundle's meta records them: ensemble
+#: members must agree on each with the experiment's network (with the default when absent).
+MEMBER_INPUT = {"features": None, "cmvn": None, "fmllr": False, "fbank": True, "ivector_dim": 0}
+
+
 class HybridDecoder(HclgDecoder):
-    """A frame (CE) network's scaled likelihoods (:class:`HybridScorer`) through HCLG.
+    """A frame (CE) network's scaled likelihoods (:class:`HybridScorer`) through HCLG;
+    with ``members``, an ensemble's: the log posteriors of the recognizer's network and of
+    every member's, averaged frame by frame, minus the log priors (the decoder's kind is
+    then ``combined``). Members read the recognizer's input (features, CMVN, the joined
+    fMLLR + i-vector input) and output the same tied states.
 
     Args:
         recognizer: the experiment's network, features and CMVN.
         scorer: log posteriors -> log-likelihoods (the priors).
         counts: the pdf counts the priors come from, for the record.
+        members: more networks (other experiments' dirs) to average with the recognizer's.
         The rest: as :class:`HclgDecoder`.
+
+    Raises:
+        ConfigError: a member reads another input or has other output classes.
     """
 
     kind = "hybrid"
@@ -328,9 +348,15 @@ class HybridDecoder(HclgDecoder):
         adapter: SpeakerAdapter | None = None,
         lang: str | Path | None = None,
         nj: int = 1,
+        members: Sequence[Recognizer] = (),
     ) -> None:
         super().__init__(search, grid, graph=graph, transitions=transitions, nj=nj)
         self.recognizer, self.scorer, self.counts = recognizer, scorer, Path(counts)
+        self.members = list(members)
+        for member in self.members:
+            _check_member(recognizer, member)
+        if self.members:
+            self.kind = "combined"
         self.adapter = adapter
         self.lang = Path(lang) if lang is not None else None
         self._aligner: WordAligner | None = None
@@ -393,7 +419,25 @@ class HybridDecoder(HclgDecoder):
             Progress(self.progress_label("acoustic scores", name), total=len(lengths)) as progress,
         ):
             outputs = progress.each(self.recognizer.outputs(utts, "frame"))
-            scores = {utt: self.scorer(out, lengths[utt]) for utt, out in outputs}
+            if not self.members:
+                scores = {utt: self.scorer(out, lengths[utt]) for utt, out in outputs}
+            else:
+                # Every network batches the same utterances the same way: read in step.
+                others = [member.outputs(utts, "frame") for member in self.members]
+                scores = {}
+                for utt, out in outputs:
+                    post = out.float().log_softmax(dim=-1)
+                    for member, stream in zip(self.members, others, strict=True):
+                        theirs, their_out = next(stream)
+                        if theirs != utt or their_out.shape != out.shape:
+                            raise DataError(
+                                f"{member.exp_dir / member.model_file} scored {theirs} "
+                                f"{tuple(their_out.shape)} where {self.recognizer.model_file} "
+                                f"scored {utt} {tuple(out.shape)}; its subsampling differs"
+                            )
+                        post += their_out.float().log_softmax(dim=-1)
+                    post /= 1 + len(self.members)
+                    scores[utt] = self.scorer.likelihoods(post.numpy(), lengths[utt])
         return Prepared(scores, frames=sum(lengths.values()), seconds=time.monotonic() - began, name=name)
 
     def record(self, point: Point, *, tuned_on: str) -> DecodingRecord:
@@ -409,8 +453,14 @@ class HybridDecoder(HclgDecoder):
             settings["fmllr_system"] = str(self.adapter.system_dir.resolve())
             if self.adapter.ivectors is not None:
                 settings["ivectors"] = True
+        if self.members:
+            home = self.recognizer.exp_dir.resolve()
+            settings["members"] = [
+                {"dir": os.path.relpath(m.exp_dir.resolve(), home), "model": m.model_file}
+                for m in self.members
+            ]
         return DecodingRecord(
-            kind="hybrid",
+            kind=self.kind,
             weights=list(point),
             tuned_on=tuned_on,
             model=self.recognizer.model_file,
@@ -418,8 +468,28 @@ class HybridDecoder(HclgDecoder):
         )
 
 
+def _check_member(recognizer: Recognizer, member: Recognizer) -> None:
+    ours, theirs = recognizer.exp_dir / recognizer.model_file, member.exp_dir / member.model_file
+    for key, default in MEMBER_INPUT.items():
+        if recognizer.meta.get(key, default) != member.meta.get(key, default):
+            raise ConfigError(
+                f"{theirs}: its {key} ({member.meta.get(key, default)!r}) is not {ours}'s "
+                f"({recognizer.meta.get(key, default)!r}); an ensemble's networks read the same "
+                "input (train the member with the experiment's settings and align.inputs_from)"
+            )
+    for what in ("num_classes", "subsample"):
+        mine, yours = getattr(recognizer.model, what, 1), getattr(member.model, what, 1)
+        if mine != yours:
+            raise ConfigError(
+                f"{theirs}: {what}={yours}, but {ours} has {what}={mine}; an ensemble's networks "
+                "score the same tied states at the same frame rate (train it on the same alignments)"
+            )
+
+
 @register_kind("hybrid")
 def _hybrid_from_record(exp_dir: Path, record: DecodingRecord, *, model: str, device: str) -> HybridDecoder:
+    """The hybrid decoder a record names (stage 7's, or stage 8's ensemble: ``combined``
+    with ``members``)."""
     from asrkit.decoding.recognizer import Recognizer
     from asrkit.decoding.wfst import WfstDecoder
     from asrkit.gmm.graph import load_graph_dir
@@ -457,6 +527,7 @@ def _hybrid_from_record(exp_dir: Path, record: DecodingRecord, *, model: str, de
             mfcc=gmm_mfcc(cfg.features),
             ivectors=read_ivector_extractor(exp_dir) if s.get("ivectors") else None,
         )
+    members = [Recognizer(here(m["dir"]), model=m["model"], device=device) for m in s.get("members", [])]
     return HybridDecoder(
         recognizer,
         scorer,
@@ -467,7 +538,11 @@ def _hybrid_from_record(exp_dir: Path, record: DecodingRecord, *, model: str, de
         transitions=transitions,
         adapter=adapter,
         lang=here(s["lang"]) if "lang" in s else None,
+        members=members,
     )
+
+
+hybrid_from_record = _hybrid_from_record
 
 
 @register_kind("gmm")

@@ -16,15 +16,19 @@ lexicon + word n-gram LM of stage 3). Then, in Kaldi's shapes, under ``<exp>/gmm
   (every strategy, as the CTC pipeline's training stage);
 - 7 ``decode``: the BLSTM's log posteriors minus log priors (counted from the training
   alignments) decoded through the last GMM system's HCLG, weights swept on dev as in
-  stage 5 (``decode_hybrid_<set>/``).
+  stage 5 (``decode_hybrid_<set>/``);
+- 8 ``combine``: with ``ensemble.members``, more networks trained on the same tied states
+  and input (stage 6 in ``member<i>/``, :mod:`asrkit.stages.members`), their log
+  posteriors averaged frame by frame through the same HCLG (``decode_combined_<set>/``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -358,7 +362,14 @@ def _hybrid_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     outputs=lambda ctx: [folder / "hyp" for _, folder, _ in _hybrid_folders(ctx)],
 )
 def hybrid_decode(ctx: StageContext) -> None:
+    decode_hybrid(ctx, folder="hybrid")
+
+
+def decode_hybrid(ctx: StageContext, *, folder: str, members: Sequence[Path] = ()) -> None:
+    """The network's (and ``members``' experiments', averaged: stage 8) scores through
+    the last GMM system's HCLG, tuned on dev; ``decode_<folder>_<set>/``."""
     from asrkit.decoding.hclg import PRIOR_COUNTS, HybridDecoder, HybridScorer
+    from asrkit.decoding.recognizer import Recognizer
     from asrkit.decoding.wfst import SWEEP_JOURNAL
     from asrkit.gmm.graph import load_graph_dir
     from asrkit.gmm.model_io import read_model
@@ -416,9 +427,13 @@ def hybrid_decode(ctx: StageContext) -> None:
         adapter=adapter,
         lang=gmm_dir(ctx) / "lang",
         nj=ctx.cfg.wfst.nj,
+        members=[
+            Recognizer(member, model="model.pt", device=recognizer.device, max_frames=recognizer.max_frames)
+            for member in members
+        ],
     )
     # A stopped decoding goes on where it was (a weak model's lattices are slow).
-    decoder.journal = lambda name: ctx.exp_dir / f"decode_hybrid_{name}" / SWEEP_JOURNAL
+    decoder.journal = lambda name: ctx.exp_dir / f"decode_{folder}_{name}" / SWEEP_JOURNAL
     prepared: dict[str, Prepared] = {}
 
     def network_input(target: tuple[str, Path]) -> tuple[str, Path]:
@@ -442,10 +457,52 @@ def hybrid_decode(ctx: StageContext) -> None:
         decoder,
         tune=lambda: network_input(tune_target(ctx)),
         targets=[network_input(t) for t in decode_targets(ctx)],
-        out_dir=lambda name: ctx.exp_dir / f"decode_hybrid_{name}",
+        out_dir=lambda name: ctx.exp_dir / f"decode_{folder}_{name}",
         prepared=prepared,
         record_dir=ctx.exp_dir,  # what asrkit transcribe decodes with
     )
     timings: dict[str, float] = {}
     _rtf(timings, "", prepared)
-    atomic_write(ctx.exp_dir / "decode_hybrid_timings.json", json.dumps(timings, indent=2) + "\n")
+    atomic_write(ctx.exp_dir / f"decode_{folder}_timings.json", json.dumps(timings, indent=2) + "\n")
+
+
+def _combined_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
+    return [("combined", ctx.exp_dir / f"decode_combined_{name}", name) for name, _ in decode_targets(ctx)]
+
+
+@stage(
+    8,
+    "combine",
+    "an ensemble of BLSTMs: train each ensemble.members entry's network (stage 6 in "
+    "<exp_dir>/member<i>/, on this experiment's alignments and input) and decode the "
+    "networks' averaged log posteriors through HCLG, tuned on dev; decode_combined_<set>/ "
+    "(nothing without members)",
+    uses=("ensemble",),
+    needs=(7,),
+    pipelines=("hybrid",),
+    on_skip=lambda ctx: show_decoded(_combined_folders(ctx)),
+)
+def hybrid_combine(ctx: StageContext) -> None:
+    from asrkit.decoding.recognizer import check_exp_dir
+    from asrkit.stages.members import member_dir, train_members
+
+    if not ctx.cfg.ensemble.members:
+        log.info("stage 8: ensemble.members is empty; no networks to combine")
+        return
+    check_exp_dir(ctx.exp_dir, ctx.cfg.decode.model)
+    for index in range(1, len(ctx.cfg.ensemble.members) + 1):
+        # Stage 3's tokenizer (the phones the tied states belong to), which stage 6 reads.
+        shutil.copytree(ctx.exp_dir / "tokenizer", member_dir(ctx, index) / "tokenizer", dirs_exist_ok=True)
+    members = train_members(ctx, stages=(6, 6))
+    for number, system in enumerate([ctx.exp_dir, *members]):
+        summary = system / "train_summary.json"
+        history = json.loads(summary.read_text()).get("history", []) if summary.is_file() else []
+        last = history[-1] if history else {}
+        log.info(
+            "network %d (%s): last epoch's dev loss %s, dev frame accuracy %s",
+            number,
+            system,
+            f"{last['loss']:.3f}" if "loss" in last else "?",
+            f"{last['frame_acc']:.2f}%" if "frame_acc" in last else "?",
+        )
+    decode_hybrid(ctx, folder="combined", members=members)

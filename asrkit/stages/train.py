@@ -56,7 +56,9 @@ def train(ctx: StageContext) -> None:
     if ctx.cfg.objective == "ce":
         # Before any learner starts: they all read the tokenizer this may copy.
         adopt_alignment_tokenizer(alignment_source(ctx.cfg, ctx.exp_dir, "train"), ctx.exp_dir)
-    if ctx.cfg.align.fmllr and not under_torchrun():
+    if ctx.cfg.align.inputs_from and not under_torchrun():
+        log.info("the joined input of %s (align.inputs_from), as it is", ctx.cfg.align.inputs_from)
+    elif ctx.cfg.align.fmllr and not under_torchrun():
         # Before any learner starts: they all read the joined fbank + fMLLR features.
         from asrkit.gmm.nnet_input import write_training_inputs
 

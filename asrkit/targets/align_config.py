@@ -37,6 +37,11 @@ class AlignConfig:
             decoding (stage 5).
         fbank: with ``align.fmllr``, the fbank features are part of the input (false: the
             fMLLR features, and the i-vector, alone, as Kaldi's nnet1 DNNs read fMLLR).
+        inputs_from: with ``align.fmllr``, the experiment dir whose joined input
+            (``data_fmllr/``, written by its training stage) this one trains on instead of
+            writing its own; empty: its own. Stage 8 sets it for a hybrid experiment's
+            ensemble members, so every member reads the same input (and i-vectors) as the
+            experiment that decodes them.
         ivector_dim: with ``align.fmllr``, each frame also gets its speaker's i-vector of
             this many dimensions (0: none; Kaldi's nnet recipes use 100): a UBM and an
             extractor trained on the training set's speaker-independent LDA+MLLT features
@@ -59,6 +64,7 @@ class AlignConfig:
     model: str = "model.pt"
     fmllr: bool = False
     fbank: bool = True
+    inputs_from: str = ""
     ivector_dim: int = 0
     ivector_gauss: int = 256
     ivector_max_utts: int = 0
@@ -90,6 +96,11 @@ class AlignConfig:
             raise ConfigError(
                 "align.fbank=false needs align.fmllr=true: without the fMLLR features the "
                 "network would have no input"
+            )
+        if self.inputs_from and not self.fmllr:
+            raise ConfigError(
+                f"align.inputs_from={self.inputs_from!r} needs align.fmllr=true: it names the "
+                "experiment whose joined fbank + fMLLR input this one trains on"
             )
         if self.ivector_dim and not self.fmllr:
             raise ConfigError(

@@ -891,6 +891,29 @@ def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_
     assert result.returncode == 0, result.stderr[-3000:]
     stage7 = read_kaldi_map(iv_exp / "decode_hybrid_test" / "hyp", allow_empty_value=True)
     assert [line.split("\t", 1)[1] for line in result.stdout.splitlines()] == [stage7[u] for u in utts]
+    # An ensemble (stage 8, ensemble.members): a second network, another seed, trained on
+    # the experiment's alignments and joined input (not written again), the two networks'
+    # log posteriors averaged through the same HCLG; transcribe and an export decode so.
+    ens_exp = tmp_path / "exp_ensemble"
+    shutil.copytree(iv_exp, ens_exp)
+    result = run_cli(*_stages(8, 8, *_args(hybrid.root, *ADAPTED, *iv, 'ensemble.members=[""]', exp=ens_exp)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    member = ens_exp / "member1"
+    assert (member / "model.pt").is_file() and not (member / "data_fmllr").exists()
+    assert torch.load(member / "model.pt", weights_only=False)["meta"]["ivector_dim"] == 4
+    assert "seed=1001" in (member / "command").read_text()
+    record = json.loads((ens_exp / "decoders" / "combined.json").read_text())
+    assert record["settings"]["members"] == [{"dir": "member1", "model": "model.pt"}]
+    combined = read_kaldi_map(ens_exp / "decode_combined_test" / "hyp", allow_empty_value=True)
+    assert _wer(ens_exp / "decode_combined_test" / "scoring" / "wer") < 100.0
+    for where in (ens_exp, tmp_path / "export_ensemble"):
+        if where != ens_exp:
+            result = run_cli("export", str(ens_exp), str(where))
+            assert result.returncode == 0, result.stderr[-3000:]
+            assert (where / "member1" / "model.pt").is_file()
+        result = run_cli("transcribe", str(where), "--speaker", *(wav[u] for u in utts))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert [line.split("\t", 1)[1] for line in result.stdout.splitlines()] == [combined[u] for u in utts]
     # Exported with the GMM system that adapts each speaker and the i-vector extractor: the
     # export alone (the experiment moved away) gives the same words, by command and API.
     result = run_cli("export", str(iv_exp), str(tmp_path / "export"))

@@ -141,7 +141,7 @@ def test_records_of_an_older_asrkit_are_read_as_the_same_decoders(tmp_path: Path
     assert not (tmp_path / "decoding.json").exists() and DecodingRecord.load(tmp_path, "beam_lm") is None
 
 
-def test_load_decoder_prefers_hybrid_then_combined_then_the_ctc_searches(tmp_path: Path, monkeypatch) -> None:
+def test_load_decoder_prefers_combined_then_hybrid_then_the_ctc_searches(tmp_path: Path, monkeypatch) -> None:
     built: list[tuple[str, str]] = []
 
     def builder(exp_dir, record, *, model, device):
@@ -151,11 +151,11 @@ def test_load_decoder_prefers_hybrid_then_combined_then_the_ctc_searches(tmp_pat
     monkeypatch.setattr(decoding, "_MODULES", dict.fromkeys(decoding.KINDS, "asrkit.decoding.decoder"))
     monkeypatch.setattr(decoding, "_BUILDERS", dict.fromkeys(decoding.KINDS, builder))
     assert load_decoder(tmp_path) == "greedy"  # nothing recorded: best path
-    for kind in ("beam", "beam_lm", "combined", "hybrid"):
+    for kind in ("beam", "beam_lm", "hybrid", "combined"):
         DecodingRecord(kind=kind, model="other.pt").save(tmp_path)
         assert load_decoder(tmp_path) == kind
     assert load_decoder(tmp_path, "beam", model="mine.pt") == "beam" and built[-1] == ("beam", "mine.pt")
-    assert built[-2] == ("hybrid", "other.pt")
+    assert built[-2] == ("combined", "other.pt")
     with pytest.raises(ConfigError, match="decoder kind 'beamlm' is unknown"):
         load_decoder(tmp_path, "beamlm")
     forget_record(tmp_path, "beam_lm")
