@@ -51,12 +51,17 @@ def member_overrides(ctx: StageContext, index: int, threads: int) -> list[str]:
 def _shared_inputs(ctx: StageContext) -> list[str]:
     """What a hybrid member trains on: this experiment's alignments and joined input."""
     exp = ctx.exp_dir.resolve()
+    cfg = ctx.cfg
     shared = [
-        f"align.train={alignment_source(ctx.cfg, exp, 'train')}",
-        f"align.dev={alignment_source(ctx.cfg, exp, 'dev')}",
+        f"align.train={alignment_source(cfg, exp, 'train')}",
+        f"align.dev={alignment_source(cfg, exp, 'dev')}",
     ]
+    if not cfg.align.train:
+        # The GMM stage's own alignments: the utterances it could not align (up to
+        # gmm.max_fail) are left out of the member's training as out of the experiment's.
+        shared.append(f"align.max_missing={max(cfg.align.max_missing, cfg.gmm.max_fail)}")
     if ctx.cfg.align.fmllr:
-        shared.append(f"align.inputs_from={ctx.cfg.align.inputs_from or exp}")
+        shared.append(f"align.inputs_from={cfg.align.inputs_from or exp}")
     return shared
 
 
@@ -66,7 +71,8 @@ def _key(item: str) -> str:
 
 def _stage_owned(key: str) -> bool:
     return (
-        key in ("name", "exp_dir", "train.num_threads", "align.train", "align.dev", "align.inputs_from")
+        key in ("name", "exp_dir", "train.num_threads")
+        or key in ("align.train", "align.dev", "align.inputs_from", "align.max_missing")
         or key.split(".")[0] == "ensemble"
     )
 

@@ -136,10 +136,11 @@ def test_hybrid_members_train_on_the_experiments_alignments_and_input(tmp_path: 
     exp = tmp_path / "exp"
     ctx = _context(HYBRID, exp)
     first = member_overrides(ctx, 1, threads=2)
-    assert first[-4:] == [
+    assert first[-5:] == [
         "train.num_threads=2",
         f"align.train={exp / 'gmm' / 'ali_train'}",
         f"align.dev={exp / 'gmm' / 'ali_train_dev'}",
+        f"align.max_missing={ctx.cfg.gmm.max_fail}",  # what the GMM stage could not align
         f"align.inputs_from={exp}",
     ]
     assert "seed=1004" in first
