@@ -24,22 +24,24 @@ from __future__ import annotations
 
 import itertools
 import logging
-from pathlib import Path
 
 from asrkit.decoding.combine import CombinedDecoder, system_decoder
 from asrkit.decoding.decoder import Prepared
 from asrkit.decoding.recognizer import check_exp_dir
 from asrkit.device import pick_device
 from asrkit.errors import ConfigError
-from asrkit.stages.common import decode_targets, prepared_set, show_decoded, tune_and_decode, tune_target
+from asrkit.stages.common import (
+    decode_targets,
+    method_folders,
+    prepared_set,
+    show_decoded,
+    tune_and_decode,
+    tune_target,
+)
 from asrkit.stages.members import train_members
 from asrkit.stages.registry import StageContext, stage
 
 log = logging.getLogger(__name__)
-
-
-def _combined_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
-    return [("combined", ctx.exp_dir / f"decode_combined_{name}", name) for name, _ in decode_targets(ctx)]
 
 
 @stage(
@@ -50,7 +52,7 @@ def _combined_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     "decode_combined_<set>/ (nothing without members)",
     uses=("ensemble",),
     needs=(5,),
-    on_skip=lambda ctx: show_decoded(_combined_folders(ctx)),
+    on_skip=lambda ctx: show_decoded(method_folders(ctx, "combined")),
 )
 def combine(ctx: StageContext) -> None:
     cfg = ctx.cfg.ensemble

@@ -94,6 +94,12 @@ def decode_targets(ctx: StageContext) -> list[tuple[str, Path]]:
     return resolve_sets(ctx, ctx.cfg.decode.sets or [ctx.cfg.data.dev_set, *ctx.cfg.data.test_sets])
 
 
+def method_folders(ctx: StageContext, method: str) -> list[tuple[str, Path, str]]:
+    """``(method, decode_<method>_<set>/, set)`` of every set decoded (what
+    :func:`show_decoded` reports)."""
+    return [(method, ctx.exp_dir / f"decode_{method}_{name}", name) for name, _ in decode_targets(ctx)]
+
+
 def tune_target(ctx: StageContext) -> tuple[str, Path]:
     """``(name, data dir)`` of the set decoding weights are chosen on (``decode.tune_set``,
     default the dev set); it must have transcripts."""

@@ -41,6 +41,7 @@ from asrkit.learner import alignment_source
 from asrkit.stages.common import (
     OPEN_LEXICON,
     decode_targets,
+    method_folders,
     pronunciation_lexicon,
     show_decoded,
     stage_recognizer,
@@ -346,10 +347,6 @@ def _first_passes(ctx: StageContext, system_dir: Path, prepared: Mapping[str, Pr
         report(name, f"{system_dir.name} speaker-independent first pass", line, folder)
 
 
-def _hybrid_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
-    return [("hybrid", ctx.exp_dir / f"decode_hybrid_{name}", name) for name, _ in decode_targets(ctx)]
-
-
 @stage(
     7,
     "decode",
@@ -358,8 +355,8 @@ def _hybrid_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     uses=("wfst", "decode"),
     needs=(6,),
     pipelines=("hybrid",),
-    on_skip=lambda ctx: show_decoded(_hybrid_folders(ctx)),
-    outputs=lambda ctx: [folder / "hyp" for _, folder, _ in _hybrid_folders(ctx)],
+    on_skip=lambda ctx: show_decoded(method_folders(ctx, "hybrid")),
+    outputs=lambda ctx: [folder / "hyp" for _, folder, _ in method_folders(ctx, "hybrid")],
 )
 def hybrid_decode(ctx: StageContext) -> None:
     decode_hybrid(ctx, folder="hybrid")
@@ -466,10 +463,6 @@ def decode_hybrid(ctx: StageContext, *, folder: str, members: Sequence[Path] = (
     atomic_write(ctx.exp_dir / f"decode_{folder}_timings.json", json.dumps(timings, indent=2) + "\n")
 
 
-def _combined_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
-    return [("combined", ctx.exp_dir / f"decode_combined_{name}", name) for name, _ in decode_targets(ctx)]
-
-
 @stage(
     8,
     "combine",
@@ -480,7 +473,7 @@ def _combined_folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     uses=("ensemble",),
     needs=(7,),
     pipelines=("hybrid",),
-    on_skip=lambda ctx: show_decoded(_combined_folders(ctx)),
+    on_skip=lambda ctx: show_decoded(method_folders(ctx, "combined")),
 )
 def hybrid_combine(ctx: StageContext) -> None:
     from asrkit.decoding.recognizer import check_exp_dir
