@@ -46,6 +46,10 @@ demo: install sysdeps
 test: install-dev sysdeps
 	$(PY) -m pytest tests/unit tests/integration
 
+# The heavier integration tests (marked heavy): out of `make test`; CI runs both.
+test-heavy: install-dev sysdeps
+	$(PY) -m pytest tests/integration -m heavy
+
 test-unit: install-dev
 	$(PY) -m pytest tests/unit
 

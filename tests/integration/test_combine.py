@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from asrkit.data.datadir import read_kaldi_map
 from tests.helpers import run_cli, tiny_recipe
 
@@ -24,6 +26,7 @@ def _fixture_run(tmp_path: Path, *extra: str):
     )
 
 
+@pytest.mark.heavy
 def test_stage_8_trains_the_members_and_combines_them(tmp_path: Path) -> None:
     result = _fixture_run(tmp_path, 'ensemble.members=["seed=5","model.hidden=12"]')
     assert result.returncode == 0, result.stderr[-3000:]

@@ -17,6 +17,7 @@ from asrkit.data.datadir import read_kaldi_map
 from tests.helpers import run_cli, tiny_recipe
 
 
+@pytest.mark.heavy
 def test_export_then_transcribe_and_the_python_api_agree_with_the_experiment(tmp_path: Path) -> None:
     result = tiny_recipe(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

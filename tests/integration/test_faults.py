@@ -97,6 +97,7 @@ def test_sync_killed_learner_restarts_and_ends_bitwise_equal(data_root: Path, tm
     assert _same(_model(tmp_path / "whole" / "model.pt"), _model(tmp_path / "cut" / "model.pt"))
 
 
+@pytest.mark.heavy
 def test_delay_by_one_resumes_with_its_exchanges_in_flight(data_root: Path, tmp_path: Path) -> None:
     """Lock-step too: the stale exchange pending at the save is part of the state."""
     settings = ("strategy=delay_by_one", "strategy.learners=2", "train.save_every=2")
@@ -160,7 +161,7 @@ def test_rerunning_a_killed_single_process_stage_resumes(data_root: Path, tmp_pa
     ("strategy", "per_node", "victim"),
     [
         ("strategy=adpsgd", 1, 1),
-        ("strategy=hybrid", 2, 3),  # groups {0,1} and {2,3}: one per node
+        pytest.param("strategy=hybrid", 2, 3, marks=pytest.mark.heavy),  # groups {0,1} and {2,3}: one per node
     ],
 )
 def test_a_dead_learner_stops_the_others_with_a_clear_error(

@@ -403,6 +403,7 @@ def test_a_dev_word_missing_from_the_lexicon_aligns_as_the_unknown_word(
     assert aligned or f"did not align (first: {utt}); left out" in result.stderr, result.stderr[-3000:]
 
 
+@pytest.mark.heavy
 def test_transcribe_a_hybrid_experiment_agrees_with_its_decoding_stage(
     hybrid: Hybrid, tmp_path: Path
 ) -> None:
@@ -770,6 +771,7 @@ ADAPTED = (
 )
 
 
+@pytest.mark.heavy
 def test_lda_mllt_and_sat_systems_in_kaldi_files_and_two_pass_decoding_reads_no_reference(
     hybrid: Hybrid, tmp_path: Path
 ) -> None:

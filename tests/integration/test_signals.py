@@ -133,7 +133,7 @@ def _stop_and_resume(tmp_path: Path, sig: signal.Signals, times: int) -> None:
         assert torch.equal(ours[key], theirs[key]), key
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.heavy)])
 def test_signals_stop_training_cleanly_and_it_resumes_to_the_same_model(
     tmp_path: Path, sig: signal.Signals
 ) -> None:
@@ -150,7 +150,7 @@ def _left_running(exp: Path) -> list[str]:
     return [ln for ln in out.splitlines() if "pgrep" not in ln]
 
 
-@pytest.mark.parametrize("strategy", ["sync", "adpsgd"])
+@pytest.mark.parametrize("strategy", ["sync", pytest.param("adpsgd", marks=pytest.mark.heavy)])
 def test_sigterm_to_a_two_learner_run_stops_every_process_and_resumes(tmp_path: Path, strategy: str) -> None:
     common = _prepare(tmp_path)
     learners = [f"strategy={strategy}", "strategy.learners=2", "strategy.timeout_s=60", "train.epochs=40"]

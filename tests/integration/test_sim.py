@@ -103,6 +103,7 @@ def test_simulated_sync_learners_end_on_torchruns_model_bitwise(
     assert 0 < record["cpu_s"] <= record["real_s"] * 1.5  # one thread: about its wall time
 
 
+@pytest.mark.heavy
 def test_asrkit_simulate_measures_a_cost_once_and_repeats_bitwise(tmp_path: Path) -> None:
     """The command: 4 ADPSGD learners with a random ring and a 2x straggler (asynchrony
     resolved in virtual time) twice, the second run with the cost the first measured."""
@@ -210,6 +211,7 @@ def test_the_agreement_benchmark_compares_dev_loss_curves_and_straggler_ratios(t
     assert plot("sim_agreement", result, tmp_path / "plots") is not None
 
 
+@pytest.mark.heavy
 def test_a_finished_simulation_answers_only_the_same_question(tmp_path: Path) -> None:
     """Another bandwidth lands in another default dir; given the same --out it is refused
     with the difference named; non-finite network numbers are refused."""
@@ -270,7 +272,9 @@ def test_a_step_cost_is_keyed_on_the_model(tmp_path: Path) -> None:
     assert default_step_cost(tiny) == default_step_cost(longer)  # epochs and lr do not change a step
 
 
-@pytest.mark.parametrize("rounds", [1, pytest.param(8, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "rounds", [pytest.param(1, marks=pytest.mark.heavy), pytest.param(8, marks=pytest.mark.slow)]
+)
 def test_signals_stop_asrkit_simulate_in_one_line_and_it_runs_again(tmp_path: Path, rounds: int) -> None:
     """SIGINT/SIGTERM bursts at random moments of a simulation (4 ADPSGD learners on
     threads of one process): exit 3 and one line every time (before: ``terminate called

@@ -19,6 +19,7 @@ from tests.unit.test_nist_scoring import SCTK, _hubscr_counts
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
+    pytest.mark.heavy,
     pytest.mark.timeout(900),
     pytest.mark.skipif(not SHARED_AN4.is_dir(), reason=f"AN4 corpus not at {SHARED_AN4}"),
     pytest.mark.skipif(shutil.which("sox") is None, reason="sox reads the SPHERE channels"),
