@@ -161,7 +161,8 @@ def test_rerunning_a_killed_single_process_stage_resumes(data_root: Path, tmp_pa
     ("strategy", "per_node", "victim"),
     [
         ("strategy=adpsgd", 1, 1),
-        pytest.param("strategy=hybrid", 2, 3, marks=pytest.mark.heavy),  # groups {0,1} and {2,3}: one per node
+        # groups {0,1} and {2,3}: one per node
+        pytest.param("strategy=hybrid", 2, 3, marks=pytest.mark.heavy),
     ],
 )
 def test_a_dead_learner_stops_the_others_with_a_clear_error(
