@@ -468,14 +468,28 @@ class HybridDecoder(HclgDecoder):
         )
 
 
+def _input_setting(meta: dict[str, Any], key: str, default: Any) -> Any:
+    """A network's ``key`` input setting as its model.pt records it, less the settings that
+    change how the input is made and not what it is (``features.nj``:
+    :data:`~asrkit.config.NOT_OUTPUT_SETTINGS`)."""
+    from asrkit.config import NOT_OUTPUT_SETTINGS
+
+    value = meta.get(key, default)
+    if not isinstance(value, dict):
+        return value
+    ignored = {name for section, _, name in (s.partition(".") for s in NOT_OUTPUT_SETTINGS) if section == key}
+    return {name: v for name, v in value.items() if name not in ignored}
+
+
 def _check_member(recognizer: Recognizer, member: Recognizer) -> None:
     ours, theirs = recognizer.exp_dir / recognizer.model_file, member.exp_dir / member.model_file
     for key, default in MEMBER_INPUT.items():
-        if recognizer.meta.get(key, default) != member.meta.get(key, default):
+        mine, yours = _input_setting(recognizer.meta, key, default), _input_setting(member.meta, key, default)
+        if mine != yours:
             raise ConfigError(
-                f"{theirs}: its {key} ({member.meta.get(key, default)!r}) is not {ours}'s "
-                f"({recognizer.meta.get(key, default)!r}); an ensemble's networks read the same "
-                "input (train the member with the experiment's settings and align.inputs_from)"
+                f"{theirs}: its {key} ({yours!r}) is not {ours}'s ({mine!r}); an ensemble's networks "
+                "read the same input (train the member with the experiment's settings and "
+                "align.inputs_from)"
             )
     for what in ("num_classes", "subsample"):
         mine, yours = getattr(recognizer.model, what, 1), getattr(member.model, what, 1)

@@ -246,3 +246,14 @@ def test_a_hybrid_member_must_read_the_same_input_and_score_the_same_states(tmp_
         _hybrid_decoder(net, [_Net(tmp_path / "exp" / "member1", logits, ivector_dim=0)])
     with pytest.raises(ConfigError, match=r"member1/model.pt: num_classes=6, but .* has num_classes=5"):
         _hybrid_decoder(net, [_Net(tmp_path / "exp" / "member1", {"a": torch.zeros(3, 6)})])
+    with pytest.raises(ConfigError, match=r"member1/model.pt: its features \({'kind': 'mfcc'}\) is not"):
+        _hybrid_decoder(net, [_Net(tmp_path / "exp" / "member1", logits, features={"kind": "mfcc"})])
+
+
+def test_a_member_whose_features_were_made_with_other_jobs_reads_the_same_input(tmp_path: Path) -> None:
+    # Seen in the field: speechocean762 seed 2's experiment was prepared with features.nj=1
+    # and its member trained with nj=2; the decoder refused the finished member.
+    logits = {"a": torch.zeros(3, 5)}
+    net = _Net(tmp_path / "exp", logits, features={"kind": "fbank", "nj": 1})
+    member = _Net(tmp_path / "exp" / "member1", logits, features={"kind": "fbank", "nj": 2})
+    _hybrid_decoder(net, [member])
