@@ -34,6 +34,7 @@ from asrkit.stages.common import (
     decode_targets,
     method_folders,
     prepared_set,
+    read_model,
     show_decoded,
     tune_and_decode,
     tune_target,
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
     uses=("ensemble",),
     needs=(5,),
     on_skip=lambda ctx: show_decoded(method_folders(ctx, "combined")),
+    inputs=read_model,
 )
 def combine(ctx: StageContext) -> None:
     cfg = ctx.cfg.ensemble

@@ -78,6 +78,13 @@ def prepared_set(ctx: StageContext, name: str, path: Path) -> Path:
     return target
 
 
+def read_model(ctx: StageContext, model: str | None = None) -> list[Path]:
+    """The model bundle a stage reads (``model``, default ``decode.model``, in the
+    experiment dir), as the stage's ``inputs``: a model replaced by hand (an average of
+    checkpoints, another run's) decodes again instead of showing the old model's scores."""
+    return [ctx.exp_dir / (model or ctx.cfg.decode.model)]
+
+
 def stage_recognizer(ctx: StageContext, model: str) -> Recognizer:
     """The experiment's ``model`` bundle as a :class:`Recognizer` on the configured device."""
     check_exp_dir(ctx.exp_dir, model)

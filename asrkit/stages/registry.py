@@ -64,9 +64,11 @@ class Stage:
     record (off for a stage that checks its own outputs every time, as the download does);
     ``on_skip``: called instead of ``run`` when the stage is skipped (e.g. to show results);
     ``outputs``: the files a finished run leaves (one missing: the stage runs again);
-    ``inputs``: files outside the stages it ``needs`` that the stage reads (imported data
-    dirs; stage 3's open lexicon for the GMM stage): their content is part of its record,
-    so a changed one runs it again (None: none, and the record is as without ``inputs``)."""
+    ``inputs``: files the stage reads whose content its settings do not decide (imported
+    data dirs; stage 3's open lexicon for the GMM stage; the model a decoding stage reads,
+    which a user may replace by hand, e.g. with an average of checkpoints): their content
+    is part of its record, so a changed one runs it again (None: none, and the record is
+    as without ``inputs``)."""
 
     number: int
     name: str
@@ -155,7 +157,9 @@ def _with_inputs(digest: str, paths: list[Path]) -> str:
     for path in sorted(paths):
         sha.update(str(path).encode() + b"\0")
         try:
-            sha.update(path.read_bytes())  # small text files (an imported dir's top level)
+            with path.open("rb") as handle:  # text files, or a model of hundreds of MB
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    sha.update(block)
         except OSError:
             sha.update(b"\0missing")
     return sha.hexdigest()[:16]

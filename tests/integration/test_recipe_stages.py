@@ -138,6 +138,16 @@ def test_stages_train_decode_and_transcribe_agree(tmp_path: Path) -> None:
         and "features.sample_rate=8000 features.resample=true" in warning
     )
 
+    # model.pt replaced by hand (here by the first epoch's checkpoint): the decoding stage
+    # decodes the new model instead of showing the old one's scores; training stays done.
+    (exp / "model.pt").write_bytes((exp / "checkpoints" / "epoch1.pt").read_bytes())
+    replaced = run_cli("run", "--stage", "4", "--stop-stage", "5", *result.args[8:])
+    assert replaced.returncode == 0, replaced.stderr[-3000:]
+    assert "stage 4 (train): already done with these settings" in replaced.stderr
+    assert "stage 5 (decode): done in" in replaced.stderr, replaced.stderr[-3000:]
+    settled = run_cli("run", "--stage", "5", "--stop-stage", "5", *result.args[8:])
+    assert "stage 5 (decode): already done with these settings" in settled.stderr, settled.stderr[-3000:]
+
 
 def test_decode_any_data_dir_without_features(tmp_path: Path) -> None:
     result = tiny_recipe(tmp_path)
