@@ -56,7 +56,9 @@ def _experiment(root: Path, name: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("learners", "ordered", "fused"), [(2, False, False), (4, True, False), (4, True, True)]
+    ("learners", "ordered", "fused"),
+    # 4 learners unfused is the heavy tier's (the fused case covers 4 ordered learners here).
+    [(2, False, False), pytest.param(4, True, False, marks=pytest.mark.heavy), (4, True, True)],
 )
 def test_simulated_sync_learners_end_on_torchruns_model_bitwise(
     tmp_path: Path, learners: int, ordered: bool, fused: bool
