@@ -29,8 +29,8 @@ MISTAKES = {
     ),
     ("+experiment=an4_larg",): (
         "experiment=an4_larg is unknown; did you mean an4_large or an4_large_sp? (experiment is one of: "
-        "an4_best, an4_hybrid, an4_hybrid_sat, an4_large, an4_large_sp, so762_hybrid, so762_hybrid_sat, "
-        "speechocean762, swbd_hybrid)"
+        "an4_best, an4_hybrid, an4_hybrid_sat, an4_large, an4_large_sp, so762_best, so762_hybrid, "
+        "so762_hybrid_sat, speechocean762, swbd_hybrid)"
     ),
     ("experiment=an4_large",): "experiment=an4_large: add it to the defaults with a +: +experiment=an4_large",
     ("+model=large",): "+model=large: model already has a default; write model=large (without +)",
