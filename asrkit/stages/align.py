@@ -25,7 +25,7 @@ from asrkit.data.datadir import read_data_dir, write_kaldi_map
 from asrkit.data.kaldi_ark import write_ark
 from asrkit.errors import ConfigError, DataError
 from asrkit.learner import alignment_source
-from asrkit.stages.common import decode_targets, read_model, resolve_sets, stage_recognizer
+from asrkit.stages.common import decode_targets, model_input, resolve_sets, stage_recognizer
 from asrkit.stages.registry import StageContext, stage
 from asrkit.targets.alignments import read_alignments
 from asrkit.targets.forced_align import (
@@ -50,7 +50,7 @@ def _align_sets(ctx: StageContext) -> list[tuple[str, Path]]:
     uses=("align",),
     needs=(4,),
     outputs=lambda ctx: [ctx.exp_dir / f"ali_{name}" for name, _ in _align_sets(ctx)],
-    inputs=lambda ctx: read_model(ctx, ctx.cfg.align.model),
+    inputs=lambda ctx: model_input(ctx, ctx.cfg.align.model),
 )
 def align(ctx: StageContext) -> None:
     cfg = ctx.cfg.align
@@ -110,7 +110,7 @@ def align(ctx: StageContext) -> None:
     outputs=lambda ctx: [
         ctx.exp_dir / f"loglikes_{name}" / "loglikes.scp" for name, _ in decode_targets(ctx)
     ],
-    inputs=read_model,
+    inputs=model_input,
 )
 def loglikes(ctx: StageContext) -> None:
     recognizer = stage_recognizer(ctx, ctx.cfg.decode.model)

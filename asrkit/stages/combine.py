@@ -33,8 +33,8 @@ from asrkit.errors import ConfigError
 from asrkit.stages.common import (
     decode_targets,
     method_folders,
+    model_input,
     prepared_set,
-    read_model,
     show_decoded,
     tune_and_decode,
     tune_target,
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
     uses=("ensemble",),
     needs=(5,),
     on_skip=lambda ctx: show_decoded(method_folders(ctx, "combined")),
-    inputs=read_model,
+    inputs=model_input,
 )
 def combine(ctx: StageContext) -> None:
     cfg = ctx.cfg.ensemble

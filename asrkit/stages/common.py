@@ -78,7 +78,7 @@ def prepared_set(ctx: StageContext, name: str, path: Path) -> Path:
     return target
 
 
-def read_model(ctx: StageContext, model: str | None = None) -> list[Path]:
+def model_input(ctx: StageContext, model: str | None = None) -> list[Path]:
     """The model bundle a stage reads (``model``, default ``decode.model``, in the
     experiment dir), as the stage's ``inputs``: a model replaced by hand (an average of
     checkpoints, another run's) decodes again instead of showing the old model's scores."""

@@ -19,8 +19,8 @@ from asrkit.decoding.decoder import Prepared, forget_record
 from asrkit.scoring.wer import read_text
 from asrkit.stages.common import (
     decode_targets,
+    model_input,
     prepared_set,
-    read_model,
     show_decoded,
     stage_recognizer,
     tune_and_decode,
@@ -48,7 +48,7 @@ def _folders(ctx: StageContext) -> list[tuple[str, Path, str]]:
     needs=(4,),
     on_skip=lambda ctx: show_decoded(_folders(ctx)),
     outputs=lambda ctx: [ctx.exp_dir / f"decode_{name}" / "hyp" for name, _ in decode_targets(ctx)],
-    inputs=read_model,
+    inputs=model_input,
 )
 def decode(ctx: StageContext) -> None:
     cfg = ctx.cfg.decode

@@ -42,8 +42,8 @@ from asrkit.stages.common import (
     OPEN_LEXICON,
     decode_targets,
     method_folders,
+    model_input,
     pronunciation_lexicon,
-    read_model,
     show_decoded,
     stage_recognizer,
     tune_and_decode,
@@ -358,7 +358,7 @@ def _first_passes(ctx: StageContext, system_dir: Path, prepared: Mapping[str, Pr
     pipelines=("hybrid",),
     on_skip=lambda ctx: show_decoded(method_folders(ctx, "hybrid")),
     outputs=lambda ctx: [folder / "hyp" for _, folder, _ in method_folders(ctx, "hybrid")],
-    inputs=read_model,
+    inputs=model_input,
 )
 def hybrid_decode(ctx: StageContext) -> None:
     decode_hybrid(ctx, folder="hybrid")
@@ -476,7 +476,7 @@ def decode_hybrid(ctx: StageContext, *, folder: str, members: Sequence[Path] = (
     needs=(7,),
     pipelines=("hybrid",),
     on_skip=lambda ctx: show_decoded(method_folders(ctx, "combined")),
-    inputs=read_model,
+    inputs=model_input,
 )
 def hybrid_combine(ctx: StageContext) -> None:
     from asrkit.decoding.recognizer import check_exp_dir
