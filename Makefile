@@ -43,12 +43,14 @@ demo: install sysdeps
 	recipes/an4/run.sh
 
 # Both tiers: tests/unit (in-process, about two minutes) and tests/integration (subprocesses).
+# The slowest tests are listed at the end, so a log shows what to move to test-heavy when
+# the tier grows past ~10 minutes.
 test: install-dev sysdeps
-	$(PY) -m pytest tests/unit tests/integration
+	$(PY) -m pytest tests/unit tests/integration --durations=20
 
 # The heavier integration tests (marked heavy): out of `make test`; CI runs both.
 test-heavy: install-dev sysdeps
-	$(PY) -m pytest tests/integration -m heavy
+	$(PY) -m pytest tests/integration -m heavy --durations=10
 
 test-unit: install-dev
 	$(PY) -m pytest tests/unit
