@@ -227,7 +227,7 @@ def averaging_optimizer_advice(cfg: AsrkitConfig, learners: int) -> str | None:
         "learners): each learner's Adam normalises its own small-batch gradient, so the averaged "
         "steps are not one step on the global batch. In the study (AN4, 64 learners at 2 "
         "utterances each, docs/study.md) ADPSGD and delay-by-one ended 13-16 points of dev WER "
-        "behind SYNC with Adam (17-46 with the papers' SGD recipe) and HYBRID about 6; prefer SYNC "
+        "behind SYNC with Adam (17-50 with the papers' SGD recipe) and HYBRID 4-6; prefer SYNC "
         "or HYBRID at a few utterances per learner, or fewer learners (docs/distributed-training.md)"
     )
 
